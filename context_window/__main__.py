@@ -1,0 +1,5 @@
+"""Entry point for ``python -m context_window``."""
+
+from context_window.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""Frozen records passed between the core modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["note", "user", "assistant", "system", "decision", "summary"]
+ROLES: tuple[str, ...] = ("note", "user", "assistant", "system", "decision")
+SummaryMethod = Literal["llm", "extractive", "verbatim"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One session entry after replay: its latest pinned/deleted/superseded state."""
+
+    id: str
+    seq: int
+    created_at: float
+    role: str
+    text: str
+    tokens: int
+    tags: tuple[str, ...] = ()
+    pinned: bool = False
+    deleted: bool = False
+    superseded: bool = False
+    replaces: tuple[str, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        """Neither deleted nor folded into a summary."""
+        return not (self.deleted or self.superseded)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice of a document: ``text == source[start:end]``, under its heading trail."""
+
+    index: int
+    text: str
+    tokens: int
+    start: int
+    end: int
+    heading: str = ""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A summary and how it was made; ``reason`` explains an extractive fallback."""
+
+    text: str
+    method: SummaryMethod
+    tokens: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Items fitted into a budget, in the order chosen, and how many did not fit."""
+
+    items: tuple[int, ...]
+    used_tokens: int
+    omitted: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result: a chunk of a document with its score."""
+
+    doc_id: str
+    title: str
+    chunk: Chunk
+    score: float
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session's metadata as listed."""
+
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    extra: dict[str, object] = field(default_factory=dict)

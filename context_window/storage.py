@@ -1,0 +1,181 @@
+"""Files on disk: id rules, atomic JSON writes, and locked append-only JSONL journals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from context_window.errors import InvalidInput, StorageError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def check_id(value: str, what: str = "id") -> str:
+    """Return ``value`` if it is a safe id, else raise InvalidInput saying the rule."""
+    if not isinstance(value, str) or not _ID.match(value) or value in {".", ".."}:
+        shown = repr(value)[:80]
+        raise InvalidInput(
+            f"invalid {what} {shown}: use 1-64 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def new_id(prefix: str) -> str:
+    """A fresh sortable id: ``<prefix><time base36><random>``."""
+    n = int(time.time() * 1000)
+    digits = ""
+    while n:
+        n, r = divmod(n, 36)
+        digits = _B36[r] + digits
+    return f"{prefix}{digits}{secrets.token_hex(3)}"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON via a temp file, fsync and rename, so readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _lock_fd(fd: int) -> None:
+    """Block until this process holds the exclusive OS lock on ``fd``."""
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        from filelock import lock_descriptor
+
+        lock_descriptor(fd, poll_interval=0.002)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock_fd(fd: int) -> None:
+    """Release the lock taken by :func:`_lock_fd`."""
+    if sys.platform == "win32":  # pragma: no cover
+        from filelock import unlock_descriptor
+
+        unlock_descriptor(fd)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class Journal:
+    """An append-only JSONL file shared by processes: whole-line writes under an OS lock.
+
+    ``read_new`` returns records appended since the last call (by anyone) and
+    counts lines that do not parse; a torn last line left by a crashed writer is
+    closed off by the next append, so it is skipped exactly once by every reader.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self.skipped = 0
+        self._thread_lock = threading.RLock()
+        self._fd: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the in-process and the cross-process lock (re-entrant within a thread)."""
+        with self._thread_lock:
+            if self._depth == 0:
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                except OSError as exc:
+                    raise StorageError(f"cannot open {self.path}: {exc.strerror}") from exc
+                _lock_fd(fd)
+                self._fd = fd
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    _unlock_fd(self._fd)
+                    os.close(self._fd)
+                    self._fd = None
+
+    def changed(self) -> bool:
+        """Whether the file holds bytes not yet read (cheap stat, no lock)."""
+        try:
+            return self.path.stat().st_size != self._offset
+        except FileNotFoundError:
+            return self._offset != 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Records appended since the last read; call under :meth:`locked`."""
+        assert self._fd is not None, "read_new needs the lock"
+        size = os.fstat(self._fd).st_size
+        if size < self._offset:  # replaced or truncated underneath us: start over
+            raise StorageError(f"{self.path} shrank from {self._offset} to {size} bytes")
+        if size == self._offset:
+            return []
+        data = os.pread(self._fd, size - self._offset, self._offset)
+        end = data.rfind(b"\n") + 1
+        # Under the lock no writer is mid-line, so a tail without newline is torn.
+        self._offset += len(data)
+        records: list[dict[str, Any]] = []
+        for line in data[:end].split(b"\n")[:-1] + ([data[end:]] if end < len(data) else []):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                self.skipped += 1
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+            else:
+                self.skipped += 1
+        return records
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Append records as whole lines in one write(); call locked, after read_new."""
+        assert self._fd is not None, "write needs the lock"
+        payload = b"".join(
+            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            for r in records
+        )
+        if self._offset and os.pread(self._fd, 1, self._offset - 1) != b"\n":
+            payload = b"\n" + payload  # close off a torn line left by a crash
+        try:
+            written = os.write(self._fd, payload)
+        except OSError as exc:
+            raise StorageError(f"cannot append to {self.path}: {exc.strerror}") from exc
+        if written != len(payload):
+            raise StorageError(f"short write to {self.path}: {written} of {len(payload)} bytes")
+        self._offset += written
