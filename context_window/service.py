@@ -1,0 +1,121 @@
+"""Composition root: builds the stores, the LLM client and the summarizer from Settings.
+
+The session operations that involve more than one part (compaction needs the
+summarizer) live here; everything else is a direct call on a store.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from context_window import __version__
+from context_window.calibration import Calibrator
+from context_window.config import Settings
+from context_window.errors import InvalidInput
+from context_window.llm import LLMClient
+from context_window.models import Entry, Summary
+from context_window.sessions import CompactionPlan, Session, SessionStore
+from context_window.summarize import Summarizer
+from context_window.tokens import TokenCounter
+
+log = logging.getLogger("context_window")
+
+MAX_TARGET_TOKENS = 20_000
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What a compaction did (or, on a dry run, would do)."""
+
+    session_id: str
+    plan: CompactionPlan
+    summary: Summary | None
+    entry: Entry | None
+    dry_run: bool
+
+    @property
+    def tokens_freed(self) -> int:
+        """Live tokens removed from the session, net of the summary."""
+        if self.summary is None:
+            return 0
+        return max(0, self.plan.tokens - self.summary.tokens)
+
+
+class Service:
+    """Everything one server instance serves, wired from its Settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.version = __version__
+        self.counter = TokenCounter(settings.token_ratio)
+        self.llm: LLMClient | None = None
+        self.calibrator: Calibrator | None = None
+        if settings.llm_enabled:
+            self.llm = LLMClient(
+                settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=settings.llm_api_key,
+                timeout=settings.llm_timeout,
+            )
+            self.calibrator = Calibrator(
+                self.llm, self.counter, settings.data_dir / "calibration.json", settings.llm_model
+            )
+            self.calibrator.load_cached()
+        self.summarizer = Summarizer(self.counter, self.llm)
+        self.sessions = SessionStore(settings.data_dir, self.counter)
+        self._calibrated_once = False
+
+    async def calibrate(self, force: bool = False) -> str:
+        """Measure the loaded model's tokens per character (never raises)."""
+        if self.calibrator is None:
+            return "calibration skipped: LLM disabled (--no-llm)"
+        try:
+            return await self.calibrator.run(force=force)
+        except Exception as exc:  # background work must never take the server down
+            log.warning("calibration failed: %s", exc)
+            return f"calibration failed: {exc}"
+
+    async def calibrate_in_background(self) -> None:
+        """Run one calibration per process, after the handshake has gone ahead."""
+        if self._calibrated_once:
+            return
+        self._calibrated_once = True
+        message = await self.calibrate()
+        log.info("%s", message)
+
+    async def aclose(self) -> None:
+        """Release the HTTP client."""
+        if self.llm is not None:
+            await self.llm.aclose()
+
+    def session(self, session_id: str) -> Session:
+        """An existing session (NotFound naming context_open otherwise)."""
+        return self.sessions.get(session_id)
+
+    async def compact(
+        self,
+        session_id: str,
+        keep_recent: int = 10,
+        target_tokens: int = 400,
+        dry_run: bool = False,
+    ) -> Compaction:
+        """Fold older live, unpinned entries into one summary entry; originals are kept."""
+        if not 16 <= target_tokens <= MAX_TARGET_TOKENS:
+            raise InvalidInput(
+                f"target_tokens must be between 16 and {MAX_TARGET_TOKENS}, not {target_tokens}"
+            )
+        session = self.sessions.get(session_id)
+        plan = session.plan_compaction(keep_recent)
+        if dry_run or len(plan.entries) < 2:
+            return Compaction(session.id, plan, None, None, dry_run)
+        text = "\n\n".join(_render_for_summary(e) for e in plan.entries)
+        summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
+        entry = session.commit_summary(plan, summary.text, summary.method)
+        return Compaction(session.id, plan, summary, entry, False)
+
+
+def _render_for_summary(entry: Entry) -> str:
+    """One entry as the summarizer sees it: role and tags first."""
+    tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
+    return f"{entry.role}{tags}: {entry.text}"

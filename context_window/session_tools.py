@@ -1,0 +1,309 @@
+"""The session tools: thin adapters from MCP calls to the Service, plus their text views."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from context_window.adapters import guarded, result
+from context_window.models import Entry
+from context_window.service import Compaction, Service
+from context_window.sessions import Recall, Session, SessionStats
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+PREVIEW_CHARS = 160
+
+SessionId = Annotated[str, Field(description="Session id from context_open")]
+
+
+def bar(used: int, budget: int, width: int = 20) -> str:
+    """A text gauge like ``[#####---------------] 1200/4000 tokens (30%)``."""
+    share = used / budget if budget else 0.0
+    filled = min(width, round(share * width))
+    return f"[{'#' * filled}{'-' * (width - filled)}] {used}/{budget} tokens ({share:.0%})"
+
+
+def preview(entry: Entry, chars: int = PREVIEW_CHARS) -> str:
+    """One line naming an entry: id, role, tags, flags and the start of its text."""
+    text = " ".join(entry.text.split())
+    if len(text) > chars:
+        text = text[: chars - 1] + "…"
+    return f"{_head(entry)}: {text}"
+
+
+def _when(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+
+
+def _head(entry: Entry) -> str:
+    flags = [f for f, on in (("pinned", entry.pinned), ("superseded", entry.superseded)) if on]
+    tags = "".join(f" #{t}" for t in entry.tags)
+    stamp = _when(entry.created_at)
+    extra = f" ({', '.join(flags)})" if flags else ""
+    return f"[{entry.id}] {stamp} {entry.role}{tags}{extra}"
+
+
+def entry_data(entry: Entry) -> dict[str, Any]:
+    """An entry as structured content."""
+    return {
+        "id": entry.id,
+        "seq": entry.seq,
+        "created_at": entry.created_at,
+        "role": entry.role,
+        "text": entry.text,
+        "tokens": entry.tokens,
+        "tags": list(entry.tags),
+        "pinned": entry.pinned,
+        "deleted": entry.deleted,
+        "superseded": entry.superseded,
+    }
+
+
+def advice(stats: SessionStats, budget: int) -> str:
+    """What the model should do about the session's size, if anything."""
+    if stats.live_tokens > budget:
+        return "Over budget: call context_compact now, then context_recall what you need."
+    if stats.live_tokens > 0.75 * budget:
+        return "Nearing the budget: call context_compact soon."
+    return ""
+
+
+def render_open(session: Session, created: bool, stats: SessionStats, budget: int) -> str:
+    """context_open's text: counts, gauge, pinned entries and the latest entries."""
+    verb = "Created" if created else "Resumed"
+    lines = [
+        f"{verb} session '{session.id}' ({session.title}): {stats.live} live of {stats.total} "
+        f"entries, {stats.pinned} pinned",
+        bar(stats.live_tokens, budget),
+    ]
+    live = session.entries()
+    pinned = [e for e in live if e.pinned]
+    recent = [e for e in live if not e.pinned][-5:]
+    if pinned:
+        lines.append("Pinned:")
+        lines.extend("  " + preview(e) for e in pinned)
+    if recent:
+        lines.append("Latest:")
+        lines.extend("  " + preview(e) for e in recent)
+    tip = advice(stats, budget)
+    lines.append(tip or "Next: context_append notes as you work; context_recall with a query.")
+    return "\n".join(lines)
+
+
+def render_recall(session: Session, rec: Recall) -> str:
+    """context_recall's text: a header with counts and tokens, then full entries in time order."""
+    p = rec.packed
+    header = (
+        f"{len(rec.entries)} of {rec.candidates} entries from '{session.id}' · "
+        f"{p.used_tokens}/{p.budget} tokens"
+    )
+    if p.omitted:
+        header += f" · {p.omitted} more did not fit (narrow the query or raise budget_tokens)"
+    if not rec.entries:
+        return header + "\nNothing matched. Try other words, or omit query for the latest entries."
+    body = [f"{_head(e)}\n{e.text}" for e in rec.entries]
+    return "\n\n".join([header, *body])
+
+
+def render_compaction(c: Compaction, budget: int, stats: SessionStats) -> str:
+    """context_compact's text: what was folded, how, and the tokens freed."""
+    n = len(c.plan.entries)
+    keep = f"kept the {c.plan.kept_recent} most recent and {c.plan.pinned_kept} pinned"
+    if c.dry_run:
+        return f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; {keep}."
+    if c.summary is None or c.entry is None:
+        return (
+            f"Nothing to compact: {n} foldable entries ({keep}). "
+            "Lower keep_recent or append more first."
+        )
+    method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
+    return (
+        f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.id} "
+        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.\n"
+        f"{bar(stats.live_tokens, budget)}\n"
+        "Originals are kept: context_recall with include_superseded=true shows them."
+    )
+
+
+def register_session_tools(app: MCPServer, service: Service) -> None:
+    """Register the context_* tools on ``app``."""
+    budget = service.settings.budget
+    audit = service.settings.audit
+
+    @app.tool(
+        annotations=WRITES,
+        description="Create or resume a working-memory session. Call first; keep the id.",
+    )
+    @guarded("context_open", audit)
+    async def context_open(
+        session_id: Annotated[str | None, Field(description="Id to resume/create")] = None,
+        title: str | None = None,
+    ) -> CallToolResult:
+        session, created = service.sessions.open(session_id, title)
+        stats = session.stats()
+        data = {
+            "session_id": session.id,
+            "title": session.title,
+            "created": created,
+            "live": stats.live,
+            "total": stats.total,
+            "tokens": stats.live_tokens,
+            "budget": budget,
+            "pinned": [entry_data(e) for e in session.entries() if e.pinned],
+        }
+        return result(render_open(session, created, stats, budget), data)
+
+    @app.tool(
+        annotations=WRITES,
+        description="Save a note, decision or dead end. Pin what must never be lost.",
+    )
+    @guarded("context_append", audit)
+    async def context_append(
+        session_id: SessionId,
+        text: str,
+        role: Annotated[str, Field(description="note|user|assistant|system|decision")] = "note",
+        tags: list[str] | None = None,
+        pinned: bool = False,
+    ) -> CallToolResult:
+        session = service.session(session_id)
+        entry = session.append(text, role, tags, pinned)
+        stats = session.stats()
+        tip = advice(stats, budget)
+        text_out = f"Saved {entry.id} ({entry.tokens} tokens). {bar(stats.live_tokens, budget)}"
+        data = {
+            "entry_id": entry.id,
+            "tokens": entry.tokens,
+            "session_tokens": stats.live_tokens,
+            "budget": budget,
+            "advice": tip,
+        }
+        return result(text_out + (f"\n{tip}" if tip else ""), data)
+
+    @app.tool(
+        annotations=READ_ONLY,
+        description="Get the session entries relevant to a query (or the latest), within a budget.",
+    )
+    @guarded("context_recall", audit)
+    async def context_recall(
+        session_id: SessionId,
+        query: str | None = None,
+        budget_tokens: Annotated[int | None, Field(ge=16, le=1_000_000)] = None,
+        limit: Annotated[int | None, Field(ge=1, le=1000)] = None,
+        tags: list[str] | None = None,
+        include_superseded: bool = False,
+    ) -> CallToolResult:
+        session = service.session(session_id)
+        rec = session.recall(
+            query,
+            budget_tokens or budget,
+            limit=limit,
+            tags=tags,
+            include_superseded=include_superseded,
+        )
+        data = {
+            "session_id": session.id,
+            "entries": [entry_data(e) for e in rec.entries],
+            "candidates": rec.candidates,
+            "used_tokens": rec.packed.used_tokens,
+            "budget": rec.packed.budget,
+            "omitted": rec.packed.omitted,
+        }
+        return result(render_recall(session, rec), data)
+
+    @app.tool(
+        annotations=WRITES,
+        description="Fold older unpinned entries into one summary when the session is over budget.",
+    )
+    @guarded("context_compact", audit)
+    async def context_compact(
+        session_id: SessionId,
+        keep_recent: Annotated[int, Field(ge=0, le=10_000)] = 10,
+        target_tokens: Annotated[int, Field(ge=16, le=20_000)] = 400,
+        dry_run: bool = False,
+    ) -> CallToolResult:
+        c = await service.compact(session_id, keep_recent, target_tokens, dry_run)
+        stats = service.session(session_id).stats()
+        data = {
+            "session_id": c.session_id,
+            "dry_run": c.dry_run,
+            "folded": len(c.plan.entries),
+            "folded_tokens": c.plan.tokens,
+            "summary_id": c.entry.id if c.entry else None,
+            "summary_tokens": c.summary.tokens if c.summary else 0,
+            "method": c.summary.method if c.summary else None,
+            "reason": c.summary.reason if c.summary else "",
+            "tokens_freed": c.tokens_freed,
+        }
+        return result(render_compaction(c, budget, stats), data)
+
+    @app.tool(annotations=READ_ONLY, description="Session size, budget, token counting and advice.")
+    @guarded("context_status", audit)
+    async def context_status(session_id: SessionId) -> CallToolResult:
+        session = service.session(session_id)
+        s = session.stats()
+        tip = advice(s, budget) or "Within budget."
+        lines = [
+            f"Session '{session.id}' ({session.title}): {s.live} live, {s.superseded} superseded, "
+            f"{s.deleted} deleted, {s.pinned} pinned",
+            bar(s.live_tokens, budget),
+            f"Token counts: {service.counter.describe()}",
+            f"Summaries: {service.summarizer.describe()}",
+        ]
+        if s.skipped_lines or s.orphan_patches:
+            lines.append(
+                f"Storage: skipped {s.skipped_lines} unreadable lines, "
+                f"{s.orphan_patches} patches for unknown entries"
+            )
+        lines.append(tip)
+        data = {
+            **s.__dict__,
+            "session_id": session.id,
+            "budget": budget,
+            "token_counts": service.counter.source,
+            "token_ratio": service.counter.ratio,
+            "summarizer": service.summarizer.describe(),
+            "advice": tip,
+        }
+        return result("\n".join(lines), data)
+
+    @app.tool(
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+        description="Pin/unpin an entry, or delete it (delete=false restores it).",
+    )
+    @guarded("context_update", audit)
+    async def context_update(
+        session_id: SessionId,
+        entry_id: str,
+        pinned: bool | None = None,
+        delete: bool | None = None,
+    ) -> CallToolResult:
+        entry = service.session(session_id).update(entry_id, pinned=pinned, deleted=delete)
+        state = "deleted" if entry.deleted else ("pinned" if entry.pinned else "unpinned")
+        return result(f"Entry {entry.id} is now {state}.\n{preview(entry)}", entry_data(entry))
+
+    @app.tool(annotations=READ_ONLY, description="List sessions, newest first.")
+    @guarded("context_list_sessions", audit)
+    async def context_list_sessions() -> CallToolResult:
+        infos = service.sessions.list()
+        lines = [f"{len(infos)} sessions (newest first):"] + [
+            f"  {i.id}: {i.title} (updated {_when(i.updated_at)})" for i in infos
+        ]
+        if not infos:
+            lines = ["No sessions yet. Call context_open to start one."]
+        data = {
+            "sessions": [
+                {
+                    "id": i.id,
+                    "title": i.title,
+                    "created_at": i.created_at,
+                    "updated_at": i.updated_at,
+                }
+                for i in infos
+            ]
+        }
+        return result("\n".join(lines), data)
