@@ -163,10 +163,11 @@ class Session:
         raw_replaces = rec.get("replaces")
         tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
         replaces = tuple(str(r) for r in raw_replaces) if isinstance(raw_replaces, list) else ()
+        stamp = rec.get("created_at")  # a hand-edited line must not make the session unreadable
         state: dict[str, Any] = {
             "id": eid,
             "seq": seq,
-            "created_at": float(rec.get("created_at") or 0.0),
+            "created_at": float(stamp) if isinstance(stamp, int | float) else 0.0,
             "role": str(rec.get("role") or "note"),
             "text": text,
             "tokens": self.counter.count(text),
