@@ -23,7 +23,9 @@ EPSILON = 0.25
 FloatArray = npt.NDArray[np.float64]
 
 _WORD = regex.compile(r"[\w$]+")
-_PART = regex.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+")
+# Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
+# accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
+_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
 STOP_WORDS = frozenset(
     "a an and are as at be but by for from has have he her his i if in into is it its me my "
     "no not of on or our she so than that the their them then there these they this to was we "
