@@ -326,8 +326,9 @@ class Session:
         scores = self._index.scores(terms) * recency if terms else recency
         pinned = [i for i in positions if self._records[self._order[i]]["pinned"]]
         rest = [i for i in positions if not self._records[self._order[i]]["pinned"]]
-        if terms:
-            rest = [i for i in rest if scores[i] > 0]
+        if terms:  # BM25 can score a real match <= 0 (a term in half or more of few entries)
+            matched = self._index.matching(terms)
+            rest = [i for i in rest if matched[i]]
         rest.sort(key=lambda i: (-scores[i], -seqs[i]))
         ranked = pinned + rest
         if limit is not None:

@@ -153,6 +153,15 @@ class MemoryIndex:
             out[docs] += term_scores(tfs, doc_len[docs], avgdl, idf)
         return out
 
+    def matching(self, query_terms: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """Which documents contain at least one query term, whatever the sign of their score."""
+        out = np.zeros(len(self._doc_len), dtype=np.bool_)
+        for term in set(query_terms):
+            tid = self._term_ids.get(term)
+            if tid is not None:
+                out[self._postings(tid)[0]] = True
+        return out
+
 
 def recency_weights(times: Iterable[float]) -> FloatArray:
     """``1 + 0.25 * recency`` with recency min-max scaled to [0, 1] over ``times``."""
