@@ -11,12 +11,14 @@ and a torn write leaves the originals live rather than half-replaced.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import ROLES, Entry, Packed, SessionInfo
@@ -100,6 +102,21 @@ def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _pack_ranked(costs: npt.NDArray[np.int64], budget: int) -> Packed:
+    """``pack`` over ``costs``, stopping once nothing further down the ranking could still fit."""
+    n = len(costs)
+    if n == 0:
+        return pack([], budget)
+    suffix_min = np.minimum.accumulate(costs[::-1])[::-1]
+    size = 256
+    while True:
+        size = min(size, n)
+        packed = pack(costs[:size].tolist(), budget)
+        if size == n or budget - packed.used_tokens < suffix_min[size]:
+            return replace(packed, omitted=packed.omitted + n - size)
+        size *= 4
+
+
 class Session:
     """One session's journal replayed into memory and kept current with other writers."""
 
@@ -112,6 +129,11 @@ class Session:
         self._index = MemoryIndex()
         self._records: dict[str, dict[str, Any]] = {}
         self._order: list[str] = []  # entry ids by position in the index
+        # Per position, mirrored from the records so recall works on arrays, not dicts.
+        self._pos: dict[str, int] = {}
+        self._seqs = array("d")
+        self._costs = array("q")
+        self._flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
         self._max_seq = 0
         self._orphans = 0
         self._ratio_seen = counter.ratio
@@ -133,8 +155,8 @@ class Session:
                 self._apply(self.journal.read_new())
         if self.counter.ratio != self._ratio_seen:  # calibration changed the ratio
             self._ratio_seen = self.counter.ratio
-            for rec in self._records.values():
-                rec["tokens"] = self.counter.count(rec["text"])
+            for eid, rec in self._records.items():
+                rec["tokens"] = self._costs[self._pos[eid]] = self.counter.count(rec["text"])
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
@@ -148,7 +170,7 @@ class Session:
                     continue
                 for key in ("pinned", "deleted", "superseded"):
                     if isinstance(rec.get(key), bool):
-                        target[key] = rec[key]
+                        self._set_flag(target["id"], key, rec[key])
             else:
                 self.journal.skipped += 1
 
@@ -178,12 +200,21 @@ class Session:
             "replaces": replaces,
         }
         self._records[eid] = state
+        self._pos[eid] = len(self._order)
         self._order.append(eid)
+        self._seqs.append(float(seq))
+        self._costs.append(state["tokens"])
+        for key, flags in self._flags.items():
+            flags.append(state[key])
         self._index.add(self._analyzer.counts(text + " " + " ".join(tags)))
         self._max_seq = max(self._max_seq, seq)
         for old in replaces:
             if old in self._records:
-                self._records[old]["superseded"] = True
+                self._set_flag(old, "superseded", True)
+
+    def _set_flag(self, eid: str, key: str, value: bool) -> None:
+        self._records[eid][key] = value
+        self._flags[key][self._pos[eid]] = value
 
     def _entry(self, eid: str) -> Entry:
         return Entry(**self._records[eid])
@@ -311,35 +342,39 @@ class Session:
         """Rank entries (pinned first, then BM25 x recency or recency alone) and pack them."""
         self.refresh()
         wanted = set(check_tags(tags))
-        positions = [
-            i
-            for i, eid in enumerate(self._order)
-            if not self._records[eid]["deleted"]
-            and (include_superseded or not self._records[eid]["superseded"])
-            and (not wanted or wanted.intersection(self._records[eid]["tags"]))
-        ]
-        seqs = np.array([self._records[eid]["seq"] for eid in self._order], dtype=np.float64)
+        n = len(self._order)
+        seqs = np.array(self._seqs, dtype=np.float64)
+        pinned_mask = np.frombuffer(self._flags["pinned"], dtype=np.bool_).copy()
+        mask = np.frombuffer(self._flags["deleted"], dtype=np.bool_) == 0
+        if not include_superseded:
+            mask &= np.frombuffer(self._flags["superseded"], dtype=np.bool_) == 0
+        if wanted:
+            mask &= np.fromiter(
+                (bool(wanted.intersection(self._records[eid]["tags"])) for eid in self._order),
+                dtype=np.bool_,
+                count=n,
+            )
         recency = recency_weights(seqs)
         terms = self._analyzer.terms(query) if query and query.strip() else []
         if query and query.strip() and not terms:
             raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
         scores = self._index.scores(terms) * recency if terms else recency
-        pinned = [i for i in positions if self._records[self._order[i]]["pinned"]]
-        rest = [i for i in positions if not self._records[self._order[i]]["pinned"]]
+        pinned = np.flatnonzero(mask & pinned_mask)
+        rest_mask = mask & ~pinned_mask
         if terms:  # BM25 can score a real match <= 0 (a term in half or more of few entries)
-            matched = self._index.matching(terms)
-            rest = [i for i in rest if matched[i]]
-        rest.sort(key=lambda i: (-scores[i], -seqs[i]))
-        ranked = pinned + rest
+            rest_mask &= self._index.matching(terms)
+        rest = np.flatnonzero(rest_mask)
+        rest = rest[np.lexsort((-seqs[rest], -scores[rest]))]  # stable: ties keep position order
+        ranked = np.concatenate([pinned, rest])
+        candidates = len(ranked)
         if limit is not None:
             ranked = ranked[:limit]
-        costs = [self._records[self._order[i]]["tokens"] for i in ranked]
-        packed = pack(costs, budget)
-        chosen = sorted((ranked[k] for k in packed.items), key=lambda i: seqs[i])
+        packed = _pack_ranked(np.array(self._costs, dtype=np.int64)[ranked], budget)
+        chosen = sorted((int(ranked[k]) for k in packed.items), key=lambda i: seqs[i])
         entries = tuple(self._entry(self._order[i]) for i in chosen)
         score_map = {self._order[i]: float(scores[i]) for i in chosen}
-        omitted = packed.omitted + (len(pinned) + len(rest) - len(ranked))
-        return Recall(entries, len(pinned) + len(rest), replace(packed, omitted=omitted), score_map)
+        omitted = packed.omitted + (candidates - len(ranked))
+        return Recall(entries, candidates, replace(packed, omitted=omitted), score_map)
 
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""

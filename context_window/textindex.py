@@ -106,6 +106,9 @@ class MemoryIndex:
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._doc_len: list[int] = []
         self._total_len = 0
+        # (documents, average idf, document lengths) as of the last query: one O(terms)
+        # pass per change of the corpus instead of one per query.
+        self._stats: tuple[int, float, npt.NDArray[np.int64]] | None = None
 
     def __len__(self) -> int:
         return len(self._doc_len)
@@ -134,15 +137,22 @@ class MemoryIndex:
             self._cache[tid] = cached
         return cached[1], cached[2]
 
+    def _corpus_stats(self) -> tuple[float, npt.NDArray[np.int64]]:
+        """Average idf and document lengths, recomputed only when documents were added."""
+        n = len(self._doc_len)
+        if self._stats is None or self._stats[0] != n:
+            df = np.fromiter(map(len, self._post_docs), dtype=np.int64, count=len(self._post_docs))
+            doc_len = np.array(self._doc_len, dtype=np.int64)
+            self._stats = (n, average_idf(df, n), doc_len)
+        return self._stats[1], self._stats[2]
+
     def scores(self, query_terms: Sequence[str]) -> FloatArray:
         """BM25 score of every document for the query (repeated terms count again)."""
         n = len(self._doc_len)
         out = np.zeros(n, dtype=np.float64)
         if n == 0 or not query_terms:
             return out
-        df = np.fromiter((len(p) for p in self._post_docs), dtype=np.int64)
-        avg_idf = average_idf(df, n)
-        doc_len = np.array(self._doc_len, dtype=np.int64)
+        avg_idf, doc_len = self._corpus_stats()
         avgdl = self._total_len / n
         for term in query_terms:
             tid = self._term_ids.get(term)
@@ -165,7 +175,10 @@ class MemoryIndex:
 
 def recency_weights(times: Iterable[float]) -> FloatArray:
     """``1 + 0.25 * recency`` with recency min-max scaled to [0, 1] over ``times``."""
-    arr = np.fromiter(times, dtype=np.float64)
+    if isinstance(times, np.ndarray):
+        arr = np.asarray(times, dtype=np.float64)
+    else:
+        arr = np.fromiter(times, dtype=np.float64)
     if len(arr) == 0:
         return arr
     lo, hi = float(arr.min()), float(arr.max())
