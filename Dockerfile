@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# context-window: MCP server giving small local models an external context buffer.
+#
+#   docker build -t context-window .
+#   stdio (default; the MCP host runs this command):
+#     docker run -i --rm -v ctx:/data context-window
+#   Streamable HTTP (bind 0.0.0.0 inside the container, so set a token):
+#     docker run --rm -p 127.0.0.1:3001:3001 -v ctx:/data -e CTX_HTTP_TOKEN=change-me \
+#       context-window --http --host 0.0.0.0
+#
+# See examples/docker.md for ingest roots, Linux host.docker.internal and more.
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY context_window ./context_window
+# Wheels for the package and every dependency; the runtime stage installs only these.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CTX_DATA_DIR=/data \
+    CTX_LLM_BASE_URL=http://host.docker.internal:1234/v1
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index /wheels/*.whl
+# A fixed numeric non-root user, so runAsNonRoot checks can verify it; /data is
+# created owned by it, and a new named volume copies that ownership.
+RUN groupadd --system --gid 10001 ctx \
+    && useradd --system --uid 10001 --gid ctx --home-dir /home/ctx --create-home ctx \
+    && mkdir -p /data && chown ctx:ctx /data
+USER 10001:10001
+WORKDIR /home/ctx
+VOLUME /data
+# Used only with --http; stdio needs no port.
+EXPOSE 3001
+ENTRYPOINT ["context-window"]

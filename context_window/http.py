@@ -1,0 +1,216 @@
+"""Streamable HTTP: ``/mcp`` behind Host/Origin checks and an optional token, plus /health.
+
+The MCP SDK does the protocol, the DNS-rebinding checks (an allow-list of Host and
+Origin values) and the request-body limit; this module chooses those settings from
+``Settings``, adds the bearer-token check and the health route, and runs uvicorn
+with its log output on stderr only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import socket
+
+import anyio
+import uvicorn
+from mcp.server import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from context_window.config import Settings
+from context_window.service import Service
+
+log = logging.getLogger("context_window.http")
+
+MCP_PATH = "/mcp"
+HEALTH_PATH = "/health"
+# Inline doc_ingest text may be up to 20,000,000 characters; JSON escaping adds a little.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_WILDCARD = {"", "0.0.0.0", "::", "[::]", "*"}
+_REALM = 'Bearer realm="context-window"'
+
+
+def _bare(host: str) -> str:
+    """A host without IPv6 brackets."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind host only accepts connections from this machine."""
+    bare = _bare(host).lower()
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether a bind host means every interface (0.0.0.0, ::)."""
+    return _bare(host).strip() in _WILDCARD or host.strip() in _WILDCARD
+
+
+def host_name(host: str) -> str:
+    """A host as it appears in a Host header or URL: IPv6 literals in brackets."""
+    bare = _bare(host)
+    try:
+        if ipaddress.ip_address(bare).version == 6:
+            return f"[{bare}]"
+    except ValueError:
+        pass
+    return bare
+
+
+def allowed_host_names(settings: Settings) -> list[str]:
+    """Host names a client may use to reach this server (before the ``:port`` part)."""
+    names = list(LOOPBACK_NAMES)
+    extra: list[str] = []
+    if is_wildcard(settings.host):
+        hostname = socket.gethostname()
+        extra = [hostname, socket.getfqdn(hostname)]
+    elif not is_loopback(settings.host):
+        extra = [settings.host]
+    for name in extra:
+        if name and host_name(name) not in names:
+            names.append(host_name(name))
+    return names
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """The SDK's Host/Origin allow-lists; off only for a public bind guarded by a token."""
+    if settings.http_token and not is_loopback(settings.host):
+        # Clients reach a public bind by names we cannot know (LAN address, Docker
+        # port mapping, a reverse proxy); the required token already defeats DNS
+        # rebinding, since a browser page cannot supply it.
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = allowed_host_names(settings)
+    origins = [
+        f"{scheme}://{name}{port}"
+        for name in names
+        for scheme in ("http", "https")
+        for port in ("", ":*")
+    ]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}{port}" for name in names for port in ("", ":*")],
+        allowed_origins=origins,
+    )
+
+
+def bind_warning(settings: Settings) -> str | None:
+    """The warning to log for a bind reachable from other machines without a token, if any."""
+    if is_loopback(settings.host) or settings.http_token:
+        return None
+    return (
+        f"HTTP is bound to {settings.host}, reachable from other machines, and no --http-token "
+        "is set: anyone who can reach this port can read and write every session and document. "
+        "Set --http-token (CTX_HTTP_TOKEN) or bind 127.0.0.1."
+    )
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP path except the open ones needs ``Authorization: Bearer``."""
+
+    def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str]) -> None:
+        self.app = app
+        self.open_paths = open_paths
+        self._expected = token.encode("utf-8")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass lifespan, open paths and authorized requests through; answer 401 otherwise."""
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        supplied = bearer_token(Headers(scope=scope).get("authorization"))
+        # Starlette decodes headers as latin-1; back to the raw bytes, compared in constant time.
+        if supplied is not None and hmac.compare_digest(supplied.encode("latin-1"), self._expected):
+            await self.app(scope, receive, send)
+            return
+        reason = "missing" if supplied is None else "wrong"
+        client = scope.get("client")
+        peer = f"{client[0]}:{client[1]}" if client else "unknown peer"
+        log.warning(
+            "refused %s %s from %s: %s bearer token", scope["method"], scope["path"], peer, reason
+        )
+        challenge = _REALM if supplied is None else f'{_REALM}, error="invalid_token"'
+        response = JSONResponse(
+            {"error": "unauthorized", "detail": "send Authorization: Bearer <the server's token>"},
+            status_code=401,
+            headers={"WWW-Authenticate": challenge},
+        )
+        await response(scope, receive, send)
+
+
+def build_http_app(app: MCPServer, service: Service) -> ASGIApp:
+    """The ASGI app: SDK Streamable HTTP at /mcp, GET /health, and the token check if configured."""
+    settings = service.settings
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"name": app.name, "version": service.version, "status": "ok"})
+
+    app.custom_route(HEALTH_PATH, methods=["GET"], include_in_schema=False)(health)
+    starlette_app = app.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        max_request_body_size=MAX_BODY_BYTES,
+        transport_security=transport_security(settings),
+        host=settings.host,
+    )
+    if not settings.http_token:
+        return starlette_app
+    return BearerAuth(starlette_app, settings.http_token, frozenset({HEALTH_PATH}))
+
+
+def uvicorn_config(asgi: ASGIApp, settings: Settings) -> uvicorn.Config:
+    """Uvicorn settings: our bind, logs through the root (stderr) handler, no access log."""
+    return uvicorn.Config(
+        asgi,
+        host=_bare(settings.host),
+        port=settings.port,
+        log_config=None,  # uvicorn's default config sends the access log to stdout
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+    )
+
+
+def serve_http(app: MCPServer, service: Service) -> None:
+    """Serve ``app`` over Streamable HTTP until interrupted; the lifespan runs inside."""
+    settings = service.settings
+    warning = bind_warning(settings)
+    if warning:
+        log.warning("%s", warning)
+    if settings.http_token:
+        log.info(
+            "HTTP requires Authorization: Bearer <token> on %s; %s stays open",
+            MCP_PATH,
+            HEALTH_PATH,
+        )
+        if not is_loopback(settings.host):
+            log.info("Host/Origin allow-lists are off for this public bind; the token guards it")
+    server = uvicorn.Server(uvicorn_config(build_http_app(app, service), settings))
+
+    async def run() -> None:
+        try:
+            await server.serve()
+        finally:
+            await service.aclose()
+
+    anyio.run(run)

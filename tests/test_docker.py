@@ -1,0 +1,164 @@
+"""The Dockerfile: its key lines, and the command it runs, run directly as the image would.
+
+No Docker engine is needed: the image's environment is read from the Dockerfile
+and applied to a local run of the same entry point. When an engine answers
+``docker info``, the image is also built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import httpx
+import mcp
+import pytest
+from test_http import http_server
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def instructions(stage: str = "final") -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile's final stage, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    lines = [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")
+    ]
+    parsed = [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in lines]
+    starts = [i for i, (op, _) in enumerate(parsed) if op == "FROM"]
+    return parsed[starts[-1] :] if stage == "final" else parsed
+
+
+def image_env() -> dict[str, str]:
+    """The ENV values the final image sets."""
+    env: dict[str, str] = {}
+    for op, args in instructions():
+        if op == "ENV":
+            for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', args):
+                env[key] = value.strip('"')
+    return env
+
+
+def entrypoint() -> list[str]:
+    """The final image's ENTRYPOINT, exec form."""
+    [args] = [a for op, a in instructions() if op == "ENTRYPOINT"]
+    value = json.loads(args)
+    assert isinstance(value, list)
+    return value
+
+
+def test_key_lines() -> None:
+    final = instructions()
+    ops = {op for op, _ in final}
+    assert {"FROM", "ENV", "USER", "VOLUME", "EXPOSE", "ENTRYPOINT"} <= ops
+    assert ("VOLUME", "/data") in final
+    assert ("EXPOSE", "3001") in final
+    env = image_env()
+    assert env["CTX_DATA_DIR"] == "/data"
+    assert env["CTX_LLM_BASE_URL"] == "http://host.docker.internal:1234/v1"
+    assert "CTX_TRANSPORT" not in env  # stdio unless --http is given
+    assert final[0][1].startswith("python:3.11-slim")
+
+
+def test_runs_as_non_root() -> None:
+    [user] = [a for op, a in instructions() if op == "USER"]
+    name = user.split(":")[0]
+    assert name not in ("root", "0")
+    # The USER line comes after every RUN, so nothing later runs as root.
+    final = instructions()
+    last_run = max(i for i, (op, _) in enumerate(final) if op == "RUN")
+    assert final.index(("USER", user)) > last_run
+
+
+def test_entrypoint_is_the_console_script() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert entrypoint() == ["context-window"]
+    assert scripts["context-window"] == "context_window.cli:main"
+    assert not [a for op, a in instructions() if op == "CMD"]  # stdio by default
+
+
+def test_dockerignore_keeps_the_build_context_small() -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in lines  # ignore everything, then allow what the build copies
+    copies = [a.split()[:-1] for op, a in instructions("all") if op == "COPY"]
+    sources = {src for args in copies if not args[0].startswith("--") for src in args}
+    assert sources == {"pyproject.toml", "README.md", "context_window"}
+    for src in sources:
+        assert f"!{src}" in lines or f"!{src}/" in lines
+
+
+def console_script() -> list[str]:
+    """The installed ``context-window`` script next to this Python, else ``python -m``."""
+    script = Path(sys.executable).with_name("context-window")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "context_window"]
+
+
+def container_env(data_dir: Path) -> dict[str, str]:
+    """The image's environment, with /data moved to a temporary directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    env.update(image_env())
+    env["CTX_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def test_image_command_serves_http(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with http_server(tmp_path, command=console_script(), env=container_env(data)) as running:
+        health = httpx.get(f"{running.base}/health").json()
+        assert health["status"] == "ok"
+        log = running.log()
+    assert f"data dir {data}" in log
+    assert "host.docker.internal" in log  # the image's LLM URL was used
+    assert running.stdout.read_bytes() == b""
+
+
+@pytest.mark.anyio
+async def test_image_command_serves_stdio(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    [command, *args] = console_script()
+    env = {k: v for k, v in container_env(data).items() if k.startswith("CTX_")}
+    params = mcp.StdioServerParameters(command=command, args=args, env=env)
+    async with mcp.Client(params) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "context_open" in names
+        opened = await client.call_tool("context_open", {"session_id": "docker"})
+        assert not opened.is_error
+    assert (data / "sessions" / "docker").is_dir()
+
+
+def _engine() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _engine(), reason="no Docker engine")
+def test_image_builds_and_answers_health() -> None:
+    tag = "context-window:test"
+    subprocess.run(["docker", "build", "-t", tag, str(ROOT)], check=True, timeout=900)
+    user = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "id", tag, "-u"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert user.stdout.strip() != "0"
+    version = subprocess.run(
+        ["docker", "run", "--rm", tag, "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("context-window ")
