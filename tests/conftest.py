@@ -1,0 +1,45 @@
+"""Shared fixtures: real settings on a temporary data dir, and an in-memory MCP client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from context_window.config import Settings, load_settings
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> SettingsFactory:
+    """Build Settings on ``tmp_path/data`` with the LLM off; keyword flags override."""
+
+    def make(**flags: Any) -> Settings:
+        base: dict[str, Any] = {"data_dir": tmp_path / "data", "llm_enabled": False}
+        return load_settings({**base, **flags}, environ={})
+
+    return make
+
+
+@asynccontextmanager
+async def client(settings: Settings) -> AsyncIterator[Client]:
+    """A real mcp.Client connected in memory to a fresh server for ``settings``."""
+    from context_window.server import build_server
+    from context_window.service import Service
+
+    service = Service(settings)
+    try:
+        async with Client(build_server(service)) as c:
+            yield c
+    finally:
+        await service.aclose()

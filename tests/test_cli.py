@@ -1,0 +1,161 @@
+"""The command line as a real process: help, exit status 2 with one line, path resolution."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from context_window import __version__
+from context_window.cli import _flags, build_parser, startup_line
+from context_window.config import load_settings
+
+FLAGS = (
+    "--data-dir --ingest-root --llm-base-url --llm-model --llm-api-key --llm-timeout --no-llm "
+    "--budget --chunk-tokens --chunk-overlap --token-ratio --transport --stdio --http --host "
+    "--port --http-token --audit --no-audit"
+).split()
+
+
+def run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """``python -m context_window ARGS`` with no CTX_* variables except ``env``; stdin at EOF."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "context_window", *args],
+        cwd=cwd,
+        env={**base, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_every_flag_of_the_design() -> None:
+    p = run("--help")
+    assert p.returncode == 0
+    for flag in FLAGS:
+        assert flag in p.stdout, flag
+    assert "CTX_BUDGET" in p.stdout and "CTX_DATA_DIR" in p.stdout
+
+
+def test_version() -> None:
+    p = run("--version")
+    assert p.returncode == 0
+    assert p.stdout.strip() == f"context-window {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--bogus"], {}, "--bogus"),
+        (["--budget", "abc"], {}, "--budget"),
+        (["--budget", "0"], {}, "budget must be between"),
+        (["--chunk-tokens", "100", "--chunk-overlap", "100"], {}, "chunk-overlap"),
+        (["--chunk-overlap", "900"], {}, "chunk-overlap"),
+        (["--transport", "ftp"], {}, "--transport"),
+        (["--ingest-root", "/no/such/dir/here"], {}, "/no/such/dir/here"),
+        (["--port", "99999"], {}, "port"),
+        (["--llm-base-url", "localhost"], {}, "llm-base-url"),
+        ([], {"CTX_BUDGET": "abc"}, "CTX_BUDGET"),
+        ([], {"CTX_TRANSPORT": "pigeon"}, "transport"),
+        ([], {"CTX_AUDIT": "sometimes"}, "CTX_AUDIT"),
+        (["frobnicate"], {}, "frobnicate"),
+    ],
+)
+def test_invalid_configuration_exits_2_with_one_line(
+    tmp_path: Path, args: list[str], env: dict[str, str], needle: str
+) -> None:
+    p = run("--data-dir", str(tmp_path / "data"), *args, env=env)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("context-window: error:")
+    assert needle in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+def test_data_dir_that_is_a_file_exits_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    p = run("--data-dir", str(blocker / "sub"))
+    assert p.returncode == 2
+    (line,) = p.stderr.splitlines()
+    assert "cannot create data dir" in line and str(blocker) in line
+
+
+def test_relative_data_dir_is_created_and_logged_absolute(tmp_path: Path) -> None:
+    p = run("--no-llm", "--data-dir", "rel/state", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""  # stdin was at EOF: the server stopped without writing a message
+    assert (tmp_path / "rel" / "state").is_dir()
+    assert f"data dir {tmp_path / 'rel' / 'state'};" in p.stderr
+    assert "llm disabled (--no-llm)" in p.stderr
+
+
+def test_calibrate_without_llm_says_why_and_fails(tmp_path: Path) -> None:
+    p = run("calibrate", "--no-llm", "--data-dir", str(tmp_path))
+    assert p.returncode == 1
+    assert "LLM disabled" in p.stderr
+    assert p.stdout == ""
+
+
+def test_flags_map_onto_settings(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    root.mkdir()
+    ns = build_parser().parse_args(
+        [
+            "--data-dir", str(tmp_path), "--ingest-root", str(root), "--ingest-root", str(tmp_path),
+            "--llm-base-url", "http://h:1/v1", "--llm-model", "m", "--llm-api-key", "k",
+            "--llm-timeout", "3", "--no-llm", "--budget", "900", "--chunk-tokens", "300",
+            "--chunk-overlap", "30", "--token-ratio", "0.5", "--http", "--host", "0.0.0.0",
+            "--port", "9", "--http-token", "t", "--no-audit",
+        ]
+    )  # fmt: skip
+    s = load_settings(_flags(ns), environ={"CTX_BUDGET": "1234", "CTX_AUDIT": "1"})
+    assert s.data_dir == tmp_path and s.ingest_roots == (root, tmp_path)
+    assert (s.llm_base_url, s.llm_model, s.llm_api_key, s.llm_timeout) == (
+        "http://h:1/v1",
+        "m",
+        "k",
+        3,
+    )
+    assert s.llm_enabled is False and s.audit is False
+    assert (s.budget, s.chunk_tokens, s.chunk_overlap, s.token_ratio) == (900, 300, 30, 0.5)
+    assert (s.transport, s.host, s.port, s.http_token) == ("http", "0.0.0.0", 9, "t")
+
+
+def test_unset_flags_leave_environment_values(tmp_path: Path) -> None:
+    flags = _flags(build_parser().parse_args([]))
+    assert all(v is None for v in flags.values())
+    env = {
+        "CTX_DATA_DIR": str(tmp_path),
+        "CTX_BUDGET": "1234",
+        "CTX_AUDIT": "0",
+        "CTX_TRANSPORT": "http",
+    }
+    s = load_settings(flags, environ=env)
+    assert (s.budget, s.audit, s.transport) == (1234, False, "http")
+
+
+@pytest.mark.parametrize(
+    ("args", "transport"),
+    [([], None), (["--stdio"], "stdio"), (["--http"], "http"), (["--transport", "http"], "http")],
+)
+def test_transport_shortcuts(args: list[str], transport: str | None) -> None:
+    assert build_parser().parse_args(args).transport == transport
+
+
+def test_startup_line_names_everything_needed_to_debug_a_launch(tmp_path: Path) -> None:
+    s = load_settings({"data_dir": tmp_path, "transport": "http", "port": 4000}, environ={})
+    line = startup_line(s)
+    assert f"data dir {tmp_path};" in line
+    assert "http://127.0.0.1:4000/mcp" in line
+    assert "llm http://localhost:1234/v1" in line
+    assert "\n" not in line

@@ -1,0 +1,57 @@
+"""The README documents every tool the server registers and every command-line flag."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import regex
+from conftest import client
+
+from context_window.cli import build_parser
+from context_window.config import Settings
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+SettingsFactory = Callable[..., Settings]
+
+
+def mentioned(name: str, text: str) -> bool:
+    """Whether ``name`` occurs as a whole token (``--http`` is not found in ``--http-token``)."""
+    return regex.search(rf"(?<![\w-]){regex.escape(name)}(?![\w-])", text) is not None
+
+
+def cli_flags() -> list[str]:
+    """Every long option of the parser except the conventional --help and --version."""
+    flags = []
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        flags.extend(o for o in action.option_strings if o.startswith("--"))
+    return flags
+
+
+def test_mentioned_matches_whole_tokens_only() -> None:
+    assert mentioned("--http", "use `--http` here")
+    assert not mentioned("--http", "use --http-token here")
+    assert not mentioned("--audit", "use --no-audit")
+    assert not mentioned("doc_list", "doc_listing")
+
+
+@pytest.mark.anyio
+async def test_readme_mentions_every_registered_tool(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        tools = sorted(t.name for t in (await c.list_tools()).tools)
+    assert len(tools) >= 8
+    text = README.read_text(encoding="utf-8")
+    missing = [t for t in tools if not mentioned(t, text)]
+    assert not missing, f"README.md does not document: {', '.join(missing)}"
+
+
+def test_readme_mentions_every_cli_flag() -> None:
+    flags = cli_flags()
+    assert {"--data-dir", "--no-llm", "--http", "--no-audit"} <= set(flags)
+    text = README.read_text(encoding="utf-8")
+    missing = [f for f in flags if not mentioned(f, text)]
+    assert not missing, f"README.md does not document: {', '.join(missing)}"

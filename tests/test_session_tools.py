@@ -1,0 +1,324 @@
+"""Every session tool through a real in-memory mcp.Client: text, structured content, errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import client
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+
+from context_window.config import Settings
+
+pytestmark = pytest.mark.anyio
+SettingsFactory = Callable[..., Settings]
+
+SESSION_TOOLS = {
+    "context_open",
+    "context_append",
+    "context_recall",
+    "context_compact",
+    "context_status",
+    "context_update",
+    "context_list_sessions",
+    "context_guide",
+}
+READ_ONLY = {"context_recall", "context_status", "context_list_sessions", "context_guide"}
+
+LONG = [
+    f"Step {i}: we investigated module_{i}.py and found that limit_{i} should be {i * 10}. "
+    f"The fix for ticket CW-{100 + i} touches path /srv/app/{i}/config.yaml. "
+    f"Open question {i}: is the cache in worker {i} still needed after the migration?"
+    for i in range(12)
+]
+
+
+def text_of(r: CallToolResult) -> str:
+    (block,) = r.content
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+async def ok(c: Client, tool: str, **args: Any) -> tuple[str, dict[str, Any]]:
+    r = await c.call_tool(tool, args)
+    assert not r.is_error, text_of(r)
+    assert r.structured_content is not None
+    return text_of(r), r.structured_content
+
+
+async def error(c: Client, tool: str, **args: Any) -> str:
+    r = await c.call_tool(tool, args)
+    assert r.is_error
+    return text_of(r)
+
+
+async def test_every_session_tool_is_registered_with_the_right_annotations(
+    settings: SettingsFactory,
+) -> None:
+    async with client(settings()) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+    assert set(tools) >= SESSION_TOOLS
+    for name in SESSION_TOOLS:
+        tool = tools[name]
+        assert tool.description
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+    assert tools["context_update"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    for name in SESSION_TOOLS - READ_ONLY - {"context_update"}:
+        assert tools[name].annotations.destructive_hint is False  # type: ignore[union-attr]
+    schema = tools["context_append"].input_schema
+    assert set(schema["required"]) == {"session_id", "text"}
+
+
+async def test_guide_names_this_instance(settings: SettingsFactory, tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    s = settings(budget=1234, ingest_roots=[root])
+    async with client(s) as c:
+        text, data = await ok(c, "context_guide")
+    assert str(s.data_dir) in text
+    assert "1234" in text
+    assert str(root) in text
+    assert "context_open" in text and "context_compact" in text
+    assert data["data_dir"] == str(s.data_dir)
+    assert data["budget"] == 1234
+    assert data["ingest_roots"] == [str(root)]
+    assert data["token_counts"] == "estimated"
+    assert "extractive" in data["summarizer"]
+
+
+async def test_open_creates_resumes_and_shows_pinned_and_latest(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        text, data = await ok(c, "context_open", session_id="task", title="The task")
+        assert text.startswith("Created session 'task' (The task)")
+        assert data["created"] is True and data["session_id"] == "task"
+        assert (data["live"], data["total"], data["tokens"], data["budget"]) == (0, 0, 0, 4000)
+        await ok(c, "context_append", session_id="task", text="Goal: ship v2", pinned=True)
+        await ok(c, "context_append", session_id="task", text="Found the flaky test")
+        text, data = await ok(c, "context_open", session_id="task")
+    assert text.startswith("Resumed session 'task' (The task): 2 live of 2 entries, 1 pinned")
+    assert "/4000 tokens" in text
+    pinned_at, latest_at = text.index("Pinned:"), text.index("Latest:")
+    assert pinned_at < text.index("Goal: ship v2") < latest_at < text.index("Found the flaky")
+    assert data["created"] is False
+    assert [e["text"] for e in data["pinned"]] == ["Goal: ship v2"]
+
+
+async def test_open_without_id_generates_one(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        _, data = await ok(c, "context_open")
+        _, listed = await ok(c, "context_list_sessions")
+    assert [s["id"] for s in listed["sessions"]] == [data["session_id"]]
+
+
+async def test_append_reports_tokens_and_advises_compaction(settings: SettingsFactory) -> None:
+    async with client(settings(budget=100)) as c:
+        await ok(c, "context_open", session_id="s")
+        text, data = await ok(c, "context_append", session_id="s", text="short note")
+        assert text.startswith(f"Saved {data['entry_id']} ({data['tokens']} tokens).")
+        assert data["advice"] == "" and "compact" not in text
+        text, data = await ok(c, "context_append", session_id="s", text="word " * 55)
+        assert 75 < data["session_tokens"] <= 100
+        assert "Nearing the budget" in text and "context_compact" in data["advice"]
+        text, data = await ok(c, "context_append", session_id="s", text="more " * 20)
+        assert data["session_tokens"] > 100
+        assert "Over budget" in text and "context_compact now" in text
+
+
+async def test_recall_header_order_and_structured_entries(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        ids = []
+        for t in ["cache miss in api", "lunch plans", "cache warmup script", "cache " * 300]:
+            ids.append((await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"])
+        text, data = await ok(c, "context_recall", session_id="s", query="cache", budget_tokens=60)
+    assert [e["id"] for e in data["entries"]] == [ids[0], ids[2]]
+    assert (data["candidates"], data["omitted"], data["budget"]) == (3, 1, 60)
+    assert data["used_tokens"] == sum(e["tokens"] for e in data["entries"]) <= 60
+    header = text.splitlines()[0]
+    assert header.startswith("2 of 3 entries from 's'")
+    assert f"{data['used_tokens']}/60 tokens" in header
+    assert "1 more did not fit" in header
+    assert text.index("cache miss in api") < text.index("cache warmup script")
+    assert "lunch" not in text
+
+
+async def test_recall_nothing_matched_and_tags_and_limit(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        await ok(c, "context_append", session_id="s", text="alpha one", tags=["x"])
+        await ok(c, "context_append", session_id="s", text="alpha two", tags=["y"])
+        text, data = await ok(c, "context_recall", session_id="s", query="zebra")
+        assert "Nothing matched" in text and data["entries"] == []
+        _, data = await ok(c, "context_recall", session_id="s", tags=["y"])
+        assert [e["text"] for e in data["entries"]] == ["alpha two"]
+        _, data = await ok(c, "context_recall", session_id="s", limit=1)
+        assert [e["text"] for e in data["entries"]] == ["alpha two"]
+
+
+async def test_compact_dry_run_then_real_then_recall_originals(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        for t in LONG[:8]:
+            await ok(c, "context_append", session_id="s", text=t)
+        text, data = await ok(
+            c, "context_compact", session_id="s", keep_recent=3, target_tokens=60, dry_run=True
+        )
+        assert text.startswith("Dry run: would fold 5 entries")
+        assert data["dry_run"] is True and data["summary_id"] is None and data["folded"] == 5
+        _, status = await ok(c, "context_status", session_id="s")
+        assert status["live"] == 8
+
+        text, data = await ok(c, "context_compact", session_id="s", keep_recent=3, target_tokens=60)
+        assert data["method"] == "extractive"
+        assert "disabled" in data["reason"]
+        assert data["folded"] == 5 and data["summary_id"]
+        assert data["tokens_freed"] == data["folded_tokens"] - data["summary_tokens"] > 0
+        assert f"into summary {data['summary_id']}" in text
+        assert "by extractive (LLM disabled" in text
+        assert "include_superseded=true" in text
+
+        _, status = await ok(c, "context_status", session_id="s")
+        assert (status["live"], status["superseded"]) == (4, 5)
+        _, live = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert len(live["entries"]) == 4
+        _, every = await ok(
+            c, "context_recall", session_id="s", budget_tokens=100_000, include_superseded=True
+        )
+        assert len(every["entries"]) == 9
+        assert sum(e["superseded"] for e in every["entries"]) == 5
+
+        text, data = await ok(c, "context_compact", session_id="s", keep_recent=10)
+        assert text.startswith("Nothing to compact") and data["summary_id"] is None
+
+
+async def test_status_reports_counts_counting_and_storage_problems(
+    settings: SettingsFactory,
+) -> None:
+    s = settings(budget=64)
+    async with client(s) as c:
+        await ok(c, "context_open", session_id="s")
+        _, a = await ok(c, "context_append", session_id="s", text="first", pinned=True)
+        _, b = await ok(c, "context_append", session_id="s", text="second")
+        await ok(c, "context_update", session_id="s", entry_id=b["entry_id"], delete=True)
+        text, data = await ok(c, "context_status", session_id="s")
+        assert "1 live, 0 superseded, 1 deleted, 1 pinned" in text
+        assert "Token counts: estimated" in text
+        assert "Summaries: extractive (LLM disabled)" in text
+        assert "Within budget." in text and "Storage:" not in text
+        assert data["token_counts"] == "estimated" and data["skipped_lines"] == 0
+        with (s.data_dir / "sessions" / "s" / "entries.jsonl").open("ab") as f:
+            f.write(b"garbage line\n")
+        text, data = await ok(c, "context_status", session_id="s")
+    assert data["skipped_lines"] == 1
+    assert "Storage: skipped 1 unreadable lines" in text
+    assert data["live"] == 1 and data["pinned"] == 1 and a["entry_id"]
+
+
+async def test_update_pin_unpin_delete_undelete(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        _, a = await ok(c, "context_append", session_id="s", text="keep me")
+        eid = a["entry_id"]
+        text, data = await ok(c, "context_update", session_id="s", entry_id=eid, pinned=True)
+        assert text.startswith(f"Entry {eid} is now pinned.") and data["pinned"] is True
+        text, data = await ok(c, "context_update", session_id="s", entry_id=eid, pinned=False)
+        assert "now unpinned" in text and data["pinned"] is False
+        text, data = await ok(c, "context_update", session_id="s", entry_id=eid, delete=True)
+        assert "now deleted" in text and data["deleted"] is True
+        _, rec = await ok(c, "context_recall", session_id="s")
+        assert rec["entries"] == []
+        _, data = await ok(c, "context_update", session_id="s", entry_id=eid, delete=False)
+        assert data["deleted"] is False
+        _, rec = await ok(c, "context_recall", session_id="s")
+        assert [e["id"] for e in rec["entries"]] == [eid]
+
+
+async def test_list_sessions_newest_first(settings: SettingsFactory) -> None:
+    s = settings()
+    async with client(s) as c:
+        text, data = await ok(c, "context_list_sessions")
+        assert "No sessions yet" in text and data["sessions"] == []
+        for sid in ("a", "b", "c"):
+            await ok(c, "context_open", session_id=sid)
+            await ok(c, "context_append", session_id=sid, text=f"in {sid}")
+        for sid, stamp in (("a", 2_000_000_100), ("b", 2_000_000_000), ("c", 2_000_000_200)):
+            os.utime(s.data_dir / "sessions" / sid / "entries.jsonl", (stamp, stamp))
+        text, data = await ok(c, "context_list_sessions")
+    assert [x["id"] for x in data["sessions"]] == ["c", "a", "b"]
+    assert text.splitlines()[0] == "3 sessions (newest first):"
+    assert text.index("  c:") < text.index("  a:") < text.index("  b:")
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "needle"),
+    [
+        ("context_append", {"session_id": "ghost", "text": "x"}, "context_open"),
+        ("context_recall", {"session_id": "ghost"}, "context_open"),
+        ("context_status", {"session_id": "ghost"}, "context_open"),
+        ("context_compact", {"session_id": "ghost"}, "context_open"),
+        ("context_update", {"session_id": "ghost", "entry_id": "e1", "pinned": True}, "open"),
+        ("context_open", {"session_id": "../etc"}, "invalid session_id"),
+        ("context_recall", {"session_id": "a/b"}, "invalid session_id"),
+        ("context_append", {"session_id": "s", "text": "  "}, "non-empty"),
+        ("context_append", {"session_id": "s", "text": "x", "role": "boss"}, "role must be one of"),
+        ("context_append", {"session_id": "s", "text": "x", "tags": list("abcdefghijk")}, "10"),
+        ("context_recall", {"session_id": "s", "query": "the of and"}, "searchable"),
+        ("context_recall", {"session_id": "s", "budget_tokens": 3}, "budget_tokens"),
+        ("context_update", {"session_id": "s", "entry_id": "e-none", "pinned": True}, "no entry"),
+        ("context_update", {"session_id": "s", "entry_id": "e-none"}, "pinned and/or delete"),
+        ("context_compact", {"session_id": "s", "target_tokens": 5}, "target_tokens"),
+        ("context_compact", {"session_id": "s", "keep_recent": -1}, "keep_recent"),
+        ("context_open", {"session_id": "s", "title": "x" * 500}, "title"),
+    ],
+)
+async def test_bad_input_is_an_error_result_with_actionable_text(
+    settings: SettingsFactory, tool: str, args: dict[str, Any], needle: str
+) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        message = await error(c, tool, **args)
+    assert needle in message
+    assert "internal error" not in message
+
+
+async def test_unknown_session_error_lists_known_sessions(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="alpha")
+        message = await error(c, "context_recall", session_id="beta")
+    assert "no session 'beta'" in message
+    assert "alpha" in message
+    assert "Call context_open" in message
+
+
+async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
+    settings: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="context_window.audit")
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        await ok(c, "context_append", session_id="s", text="SECRET-CONTENT-123")
+        await error(c, "context_recall", session_id="nope")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("audit")]
+    assert [(x["tool"], x["outcome"]) for x in lines] == [
+        ("context_open", "ok"),
+        ("context_append", "ok"),
+        ("context_recall", "NotFound"),
+    ]
+    assert all(set(x) == {"tool", "outcome", "ms"} for x in lines)
+    assert "SECRET" not in caplog.text
+
+
+async def test_no_audit_lines_when_disabled(
+    settings: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="context_window.audit")
+    async with client(settings(audit=False)) as c:
+        await ok(c, "context_open", session_id="s")
+    assert not [r for r in caplog.records if r.name.endswith("audit")]

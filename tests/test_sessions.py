@@ -1,0 +1,458 @@
+"""Session logs on disk: append, recall ranking and packing, updates, compaction, listing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from context_window.config import Settings
+from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.service import Service
+from context_window.sessions import Session, SessionStore
+from context_window.storage import check_id
+from context_window.summarize import split_sentences
+from context_window.tokens import TokenCounter
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SessionStore:
+    return SessionStore(tmp_path / "data", TokenCounter(0.27))
+
+
+@pytest.fixture
+def session(store: SessionStore) -> Session:
+    return store.open("work", "Work log")[0]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+TOPICS = [
+    "Decided to use PostgreSQL for the orders database; SQLite lacked row locking.",
+    "The login page throws a 500 when the session cookie has expired.",
+    "Refactored getUserName into the auth_service module.",
+    "Weather today is sunny, lunch at noon.",
+    "Database migration 0042 adds an index on orders.customer_id.",
+    "Read the style guide chapter about error messages.",
+]
+
+
+def fill(session: Session, texts: list[str]) -> list[str]:
+    return [session.append(t).id for t in texts]
+
+
+# --- open / get / list --------------------------------------------------------------------
+
+
+def test_open_creates_then_resumes(store: SessionStore) -> None:
+    s, created = store.open("task-1", "First title")
+    assert created and s.title == "First title"
+    s.append("hello world")
+    again, created = SessionStore(store.root.parent, TokenCounter(0.27)).open("task-1")
+    assert not created
+    assert again.title == "First title"
+    assert [e.text for e in again.entries()] == ["hello world"]
+
+
+def test_open_without_id_generates_a_valid_one(store: SessionStore) -> None:
+    s, created = store.open()
+    assert created
+    assert check_id(s.id) == s.id
+    assert (store.root / s.id / "meta.json").is_file()
+
+
+def test_open_renames_when_given_a_new_title(store: SessionStore) -> None:
+    store.open("t", "old")
+    s, _ = store.open("t", "new")
+    assert s.title == "new"
+    assert store.list()[0].title == "new"
+
+
+@pytest.mark.parametrize("title", ["x" * 201, "bad\ntitle"])
+def test_open_rejects_bad_titles(store: SessionStore, title: str) -> None:
+    with pytest.raises(InvalidInput, match="title"):
+        store.open("t", title)
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\x00", "x" * 200, ".", ".."])
+def test_open_and_get_reject_unsafe_ids(store: SessionStore, bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        store.open(bad)
+    with pytest.raises(InvalidInput):
+        store.get(bad)
+    assert not store.root.exists() or not any(store.root.parent.parent.glob("x*"))
+
+
+def test_unknown_session_is_not_found_and_names_context_open(store: SessionStore) -> None:
+    store.open("alpha")
+    store.open("beta")
+    with pytest.raises(NotFound) as err:
+        store.get("gamma")
+    message = str(err.value)
+    assert "context_open" in message
+    assert "alpha" in message and "beta" in message
+    assert not (store.root / "gamma").exists()  # never created implicitly
+
+
+def test_get_loads_a_session_written_by_another_store(store: SessionStore) -> None:
+    other = SessionStore(store.root.parent, TokenCounter(0.27))
+    other.open("x")[0].append("from elsewhere")
+    assert [e.text for e in store.get("x").entries()] == ["from elsewhere"]
+
+
+def test_list_sessions_newest_first(store: SessionStore) -> None:
+    for sid in ("a", "b", "c"):
+        store.open(sid)[0].append(f"note in {sid}")
+    stamps = {"a": 2_000_000_000, "b": 2_000_000_300, "c": 1_900_000_000}
+    for sid, t in stamps.items():
+        os.utime(store.root / sid / "entries.jsonl", (t, t))
+    assert [i.id for i in store.list()] == ["b", "a", "c"]
+    fresh = SessionStore(store.root.parent, TokenCounter(0.27))
+    infos = fresh.list()
+    assert [i.id for i in infos] == ["b", "a", "c"]
+    assert infos[0].updated_at == stamps["b"]
+
+
+def test_list_is_empty_without_sessions(store: SessionStore) -> None:
+    assert store.list() == []
+
+
+# --- append -------------------------------------------------------------------------------
+
+
+def test_append_records_everything(session: Session) -> None:
+    e = session.append("Ship on Friday.", "decision", ["plan", "plan", " release "], pinned=True)
+    assert e.role == "decision"
+    assert e.tags == ("plan", "release")
+    assert e.pinned and e.live
+    assert e.seq == 1
+    assert e.tokens == session.counter.count("Ship on Friday.")
+    assert session.append("next").seq == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"text": ""}, "non-empty"),
+        ({"text": "   \n"}, "non-empty"),
+        ({"text": "a\x00b"}, "NUL"),
+        ({"text": "x" * 200_001}, "doc_ingest"),
+        ({"text": "ok", "role": "summary"}, "role must be one of"),
+        ({"text": "ok", "role": "boss"}, "role must be one of"),
+        ({"text": "ok", "tags": [f"t{i}" for i in range(11)]}, "at most 10 tags"),
+        ({"text": "ok", "tags": ["x" * 41]}, "1-40"),
+        ({"text": "ok", "tags": [""]}, "1-40"),
+        ({"text": "ok", "tags": ["a\tb"]}, "control"),
+    ],
+)
+def test_append_rejects_bad_input(session: Session, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidInput, match=match):
+        session.append(**kwargs)  # type: ignore[arg-type]
+    assert session.stats().total == 0
+
+
+def test_a_second_store_sees_appends_and_patches(store: SessionStore, session: Session) -> None:
+    other = SessionStore(store.root.parent, TokenCounter(0.27)).get("work")
+    first = session.append("one")
+    assert [e.text for e in other.entries()] == ["one"]
+    other.append("two")
+    other.update(first.id, pinned=True)
+    entries = session.entries()
+    assert [e.text for e in entries] == ["one", "two"]
+    assert entries[0].pinned
+    assert [e.seq for e in entries] == [1, 2]
+
+
+def test_token_counts_follow_a_new_ratio(session: Session) -> None:
+    e = session.append("x" * 1000)
+    assert e.tokens == 270
+    session.counter.calibrate(0.5, "m")
+    assert session.get(e.id).tokens == 500
+    assert session.stats().live_tokens == 500
+
+
+# --- update -----------------------------------------------------------------------------
+
+
+def test_pin_unpin_delete_undelete(session: Session) -> None:
+    a, b = fill(session, ["alpha entry", "beta entry"])
+    assert session.update(a, pinned=True).pinned
+    assert session.stats().pinned == 1
+    assert not session.update(a, pinned=False).pinned
+    assert session.update(b, deleted=True).deleted
+    assert [e.id for e in session.entries()] == [a]
+    assert [e.id for e in session.recall(None, 1000).entries] == [a]
+    assert not session.update(b, deleted=False).deleted
+    assert [e.id for e in session.entries()] == [a, b]
+    stats = session.stats()
+    assert (stats.live, stats.deleted, stats.pinned) == (2, 0, 0)
+
+
+def test_update_needs_a_change_and_a_known_entry(session: Session) -> None:
+    (a,) = fill(session, ["alpha"])
+    with pytest.raises(InvalidInput):
+        session.update(a)
+    with pytest.raises(NotFound, match="context_recall"):
+        session.update("e-nope", pinned=True)
+    with pytest.raises(NotFound):
+        session.get("e-nope")
+
+
+# --- recall -------------------------------------------------------------------------------
+
+
+def test_recall_with_query_ranks_relevant_and_drops_zero_scores(session: Session) -> None:
+    ids = fill(session, TOPICS)
+    rec = session.recall("database orders", 4000)
+    assert {e.id for e in rec.entries} == {ids[0], ids[4]}
+    assert rec.candidates == 2
+    assert rec.packed.omitted == 0
+    assert all(score > 0 for score in rec.scores.values())
+    tight = session.recall("orders database migration index", session.get(ids[4]).tokens)
+    assert [e.id for e in tight.entries] == [ids[4]]
+    assert tight.packed.omitted == 1
+
+
+def test_recall_finds_identifier_parts(session: Session) -> None:
+    ids = fill(session, TOPICS)
+    assert [e.id for e in session.recall("user name", 4000).entries] == [ids[2]]
+    assert [e.id for e in session.recall("auth service", 4000).entries] == [ids[2]]
+
+
+def test_recall_puts_pinned_first_even_when_irrelevant(session: Session) -> None:
+    ids = fill(session, TOPICS)
+    session.update(ids[3], pinned=True)  # the weather note
+    rec = session.recall("database", 4000)
+    assert ids[3] in {e.id for e in rec.entries}
+    only_one = session.recall("database", session.get(ids[3]).tokens)
+    assert [e.id for e in only_one.entries] == [ids[3]]
+
+
+def test_recall_without_query_returns_most_recent_in_order(session: Session) -> None:
+    ids = fill(session, [f"entry number {i} with some words" for i in range(10)])
+    per = session.get(ids[0]).tokens
+    rec = session.recall(None, per * 3)
+    assert [e.id for e in rec.entries] == ids[-3:]
+    assert rec.packed.omitted == 7
+    assert rec.candidates == 10
+    assert [e.id for e in session.recall("   ", per * 3).entries] == ids[-3:]
+
+
+def test_recall_output_is_chronological(session: Session) -> None:
+    texts = ["cache miss one", "other thing", "cache cache cache miss miss", "cache too"]
+    ids = fill(session, texts)
+    rec = session.recall("cache miss", 4000)
+    assert [e.id for e in rec.entries] == [ids[0], ids[2], ids[3]]
+    assert [e.seq for e in rec.entries] == sorted(e.seq for e in rec.entries)
+    best = max(rec.scores, key=rec.scores.__getitem__)
+    assert best == ids[2]
+
+
+@pytest.mark.parametrize("budget", [0, 1, 7, 15, 16, 40, 99, 250, 10_000])
+def test_recall_never_exceeds_the_budget(session: Session, budget: int) -> None:
+    fill(session, [("word " * (i * 7 % 40 + 1)) + f"topic{i % 3}" for i in range(30)])
+    for query in (None, "word", "topic1 word"):
+        rec = session.recall(query, budget)
+        used = sum(e.tokens for e in rec.entries)
+        assert used == rec.packed.used_tokens <= budget
+        assert len(rec.entries) + rec.packed.omitted == rec.candidates
+
+
+def test_recall_skips_a_big_entry_and_takes_smaller_ones(session: Session) -> None:
+    small_old = session.append("small old note").id
+    session.append("huge " * 500)
+    small_new = session.append("small new note").id
+    rec = session.recall(None, 50)
+    assert [e.id for e in rec.entries] == [small_old, small_new]
+    assert rec.packed.omitted == 1
+
+
+def test_recall_filters_by_tags_and_limit(session: Session) -> None:
+    a = session.append("deploy the api", tags=["ops"]).id
+    session.append("deploy the docs", tags=["docs"])
+    c = session.append("deploy the worker", tags=["ops", "backend"]).id
+    assert [e.id for e in session.recall(None, 4000, tags=["ops"]).entries] == [a, c]
+    assert [e.id for e in session.recall("deploy", 4000, tags=["backend"]).entries] == [c]
+    limited = session.recall(None, 4000, limit=1)
+    assert [e.id for e in limited.entries] == [c]
+    assert limited.packed.omitted == 2
+
+
+def test_recall_rejects_a_query_without_searchable_words(session: Session) -> None:
+    fill(session, TOPICS)
+    with pytest.raises(InvalidInput, match="searchable"):
+        session.recall("the a of !!", 4000)
+
+
+@pytest.mark.parametrize("others", [0, 1, 2])
+def test_recall_finds_a_match_in_a_tiny_session(session: Session, others: int) -> None:
+    # With 1-3 entries BM25 gives a term in half or more of them an idf <= 0; a real match
+    # must still be returned, not dropped as "zero score".
+    target = session.append("alpha release notes").id
+    fill(session, [f"unrelated entry {i}" for i in range(others)])
+    assert [e.id for e in session.recall("alpha", 4000).entries] == [target]
+    assert session.recall("beta", 4000).entries == ()
+
+
+def test_recall_returns_every_entry_when_all_match(session: Session) -> None:
+    ids = fill(session, ["deploy api", "deploy docs", "deploy worker"])
+    assert [e.id for e in session.recall("deploy", 4000).entries] == ids
+
+
+def test_recall_of_empty_session(session: Session) -> None:
+    rec = session.recall("anything", 4000)
+    assert rec.entries == () and rec.candidates == 0
+
+
+# --- compaction ---------------------------------------------------------------------------
+
+LONG = [
+    f"Step {i}: we investigated module_{i}.py and found that limit_{i} should be {i * 10}. "
+    f"The fix for ticket CW-{100 + i} touches path /srv/app/{i}/config.yaml. "
+    f"Open question {i}: is the cache in worker {i} still needed after the migration?"
+    for i in range(12)
+]
+
+
+@pytest.fixture
+def service(settings: SettingsFactory) -> Service:
+    return Service(settings())
+
+
+@pytest.mark.anyio
+async def test_compaction_folds_old_entries_and_keeps_originals(service: Service) -> None:
+    s = service.sessions.open("c")[0]
+    ids = fill(s, LONG[:8])
+    s.update(ids[1], pinned=True)
+    before = s.stats().live_tokens
+    c = await service.compact("c", keep_recent=2, target_tokens=60)
+    assert c.summary is not None and c.entry is not None
+    folded = [e.id for e in c.plan.entries]
+    assert folded == [ids[0], *ids[2:6]]  # not the pinned one, not the 2 most recent
+    assert (c.plan.kept_recent, c.plan.pinned_kept) == (2, 1)
+    assert c.summary.method == "extractive"
+    assert "disabled" in c.summary.reason
+    assert c.entry.role == "summary" and c.entry.replaces == tuple(folded)
+    assert c.summary.tokens <= 60
+    assert c.tokens_freed == c.plan.tokens - c.summary.tokens > 0
+    live = s.entries()
+    assert [e.id for e in live] == [ids[1], ids[6], ids[7], c.entry.id]
+    assert s.stats().live_tokens == before - c.tokens_freed
+    every = {e.id: e for e in s.entries(include_superseded=True)}
+    assert all(every[i].superseded and not every[i].live for i in folded)
+    assert not every[ids[1]].superseded
+    originals = {e.id for e in s.recall(None, 100_000, include_superseded=True).entries}
+    assert set(folded) <= originals
+    assert not set(folded) & {e.id for e in s.recall(None, 100_000).entries}
+    # Extractive: only sentences of the folded entries (as rendered "role: text") appear.
+    sentences = {x.strip() for t in LONG[:8] for x in split_sentences(f"note: {t}")}
+    picked = split_sentences(c.summary.text)
+    assert picked and all(x.strip() in sentences for x in picked)
+
+
+@pytest.mark.anyio
+async def test_compaction_survives_a_restart(service: Service, settings: SettingsFactory) -> None:
+    s = service.sessions.open("c")[0]
+    fill(s, LONG[:6])
+    c = await service.compact("c", keep_recent=1, target_tokens=50)
+    assert c.entry is not None
+    reopened = Service(settings()).session("c")
+    assert {e.id for e in reopened.entries()} == {c.entry.id, s.entries()[0].id}
+    assert reopened.get(c.entry.id).replaces == tuple(e.id for e in c.plan.entries)
+    assert reopened.stats().superseded == 5
+
+
+@pytest.mark.anyio
+async def test_summaries_fold_again_instead_of_piling_up(service: Service) -> None:
+    s = service.sessions.open("c")[0]
+    fill(s, LONG[:6])
+    first = await service.compact("c", keep_recent=1, target_tokens=50)
+    assert first.entry is not None
+    fill(s, LONG[6:10])
+    second = await service.compact("c", keep_recent=1, target_tokens=50)
+    assert second.entry is not None
+    assert first.entry.id in second.entry.replaces
+    summaries = [e for e in s.entries() if e.role == "summary"]
+    assert [e.id for e in summaries] == [second.entry.id]
+    assert s.get(first.entry.id).superseded
+    assert s.stats().live == 2
+
+
+@pytest.mark.anyio
+async def test_compaction_never_folds_pinned_entries(service: Service) -> None:
+    s = service.sessions.open("c")[0]
+    ids = fill(s, LONG[:6])
+    for i in ids[:3]:
+        s.update(i, pinned=True)
+    c = await service.compact("c", keep_recent=0, target_tokens=40)
+    assert {e.id for e in c.plan.entries} == set(ids[3:])
+    assert all(s.get(i).live and s.get(i).pinned for i in ids[:3])
+
+
+@pytest.mark.anyio
+async def test_dry_run_changes_nothing_on_disk(service: Service) -> None:
+    s = service.sessions.open("c")[0]
+    fill(s, LONG[:6])
+    root = service.settings.data_dir
+    before = snapshot(root)
+    c = await service.compact("c", keep_recent=2, target_tokens=40, dry_run=True)
+    assert c.dry_run and c.summary is None and c.entry is None
+    assert len(c.plan.entries) == 4
+    assert snapshot(root) == before
+    assert s.stats().live == 6
+
+
+@pytest.mark.anyio
+async def test_nothing_to_compact_writes_nothing(service: Service) -> None:
+    s = service.sessions.open("c")[0]
+    fill(s, LONG[:3])
+    before = snapshot(service.settings.data_dir)
+    c = await service.compact("c", keep_recent=2)
+    assert c.summary is None and c.tokens_freed == 0
+    assert snapshot(service.settings.data_dir) == before
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("target", [0, 15, 20_001])
+async def test_compaction_rejects_bad_target(service: Service, target: int) -> None:
+    service.sessions.open("c")
+    with pytest.raises(InvalidInput, match="target_tokens"):
+        await service.compact("c", target_tokens=target)
+
+
+@pytest.mark.anyio
+async def test_compaction_of_unknown_session_names_context_open(service: Service) -> None:
+    with pytest.raises(NotFound, match="context_open"):
+        await service.compact("ghost")
+
+
+@pytest.mark.parametrize("change", ["delete", "pin"])
+def test_commit_fails_cleanly_if_a_planned_entry_changed(store: SessionStore, change: str) -> None:
+    s = store.open("c")[0]
+    ids = fill(s, LONG[:5])
+    plan = s.plan_compaction(keep_recent=1)
+    assert [e.id for e in plan.entries] == ids[:4]
+    other = SessionStore(store.root.parent, TokenCounter(0.27)).get("c")  # another process
+    if change == "delete":
+        other.update(ids[2], deleted=True)
+    else:
+        other.update(ids[2], pinned=True)
+    journal = store.root / "c" / "entries.jsonl"
+    before = journal.read_bytes()
+    with pytest.raises(StorageError, match="nothing was compacted"):
+        s.commit_summary(plan, "a summary", "extractive")
+    assert journal.read_bytes() == before
+    assert not any(e.superseded for e in s.entries(include_superseded=True))
+    assert all(e.role != "summary" for e in s.entries(include_superseded=True))
+
+
+def test_plan_rejects_bad_keep_recent(session: Session) -> None:
+    with pytest.raises(InvalidInput):
+        session.plan_compaction(-1)

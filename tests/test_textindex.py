@@ -1,0 +1,165 @@
+"""Tokenizer rules, and BM25 scores identical to rank_bm25.BM25Okapi (the reference)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rank_bm25 import BM25Okapi
+
+from context_window.textindex import Analyzer, MemoryIndex, recency_weights
+
+
+def reference(corpus: list[list[str]], query: list[str]) -> np.ndarray:
+    return np.asarray(BM25Okapi(corpus, k1=1.2, b=0.75, epsilon=0.25).get_scores(query))
+
+
+def ours(corpus: list[list[str]], query: list[str]) -> np.ndarray:
+    index = MemoryIndex()
+    for doc in corpus:
+        index.add(dict(Counter(doc)))
+    return index.scores(query)
+
+
+# --- tokenizer ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("getUserName", ["getusername", "get", "user", "name"]),
+        ("snake_case_name", ["snake_case_name", "snake", "case", "name"]),
+        ("HTTPServer", ["httpserver", "http", "server"]),
+        ("parseHTTPResponse2", ["parsehttpresponse2", "parse", "http", "response"]),
+        ("blk_38 v2", ["blk_38", "blk", "38", "v2"]),
+        ("abc123", ["abc123", "abc", "123"]),
+        ("The cat and the HAT", ["cat", "hat"]),
+        ("a x I is 42 7", ["42"]),
+        ("isValid", ["isvalid", "valid"]),
+        ("$scope", ["$scope", "scope"]),
+        ("Straße naïve", ["straße", "naïve"]),
+        ("ÉcoleNormale", ["écolenormale", "école", "normale"]),
+        ("日本語テキスト", ["日本語テキスト"]),
+        ("", []),
+    ],
+)
+def test_terms(text: str, expected: list[str]) -> None:
+    assert Analyzer().terms(text) == expected
+
+
+def test_terms_keep_repeats_and_counts_add_them_up() -> None:
+    a = Analyzer()
+    assert a.terms("retry retry Retry") == ["retry", "retry", "retry"]
+    assert a.counts("getUser user USER the") == {"getuser": 1, "get": 1, "user": 3}
+
+
+def test_no_stemming() -> None:
+    assert Analyzer().terms("running runs") == ["running", "runs"]
+
+
+# --- BM25 parity ----------------------------------------------------------------------
+
+CORPORA = {
+    "plain": (
+        [
+            ["cache", "miss", "latency", "server"],
+            ["server", "restart", "config"],
+            ["database", "index", "cache", "cache"],
+            ["user", "login", "token", "expiry", "token"],
+            ["config", "yaml", "parse", "error"],
+        ],
+        ["cache", "server", "token"],
+    ),
+    "common term in most docs (negative idf floored)": (
+        [
+            ["error", "disk"],
+            ["error", "net"],
+            ["error", "cpu", "disk"],
+            ["error"],
+            ["ok", "disk"],
+            ["error", "error", "mem"],
+        ],
+        ["error", "disk", "mem"],
+    ),
+    "repeated and unseen query terms": (
+        [["alpha", "beta"], ["beta", "gamma", "gamma"], ["delta"], ["alpha", "alpha", "zeta"]],
+        ["gamma", "gamma", "nowhere", "alpha", "alpha", "alpha"],
+    ),
+    "term in exactly half the docs (idf 0)": (
+        [["a1", "b1"], ["a1", "c1"], ["d1"], ["e1"]],
+        ["a1", "d1"],
+    ),
+    "single document": ([["only", "one", "doc", "doc"]], ["doc", "only", "missing"]),
+    "an empty document among others": ([["x1", "y1"], [], ["x1"]], ["x1", "y1"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CORPORA))
+def test_scores_match_rank_bm25(name: str) -> None:
+    corpus, query = CORPORA[name]
+    expected = reference(corpus, query)
+    got = ours(corpus, query)
+    assert got.shape == expected.shape
+    assert np.allclose(got, expected, rtol=1e-9, atol=1e-12), (got, expected)
+
+
+def test_negative_idf_corpus_really_exercises_the_floor() -> None:
+    corpus, _ = CORPORA["common term in most docs (negative idf floored)"]
+    bm = BM25Okapi(corpus, k1=1.2, b=0.75, epsilon=0.25)
+    assert bm.idf["error"] == pytest.approx(0.25 * bm.average_idf)
+    assert ours(corpus, ["error"])[4] == 0.0  # the doc without the term
+    assert ours(corpus, ["error"])[0] > 0.0
+
+
+def test_empty_index_and_empty_query() -> None:
+    assert ours([], ["x"]).shape == (0,)
+    assert not ours([["a1"], ["b1"]], []).any()
+
+
+def test_scores_update_as_documents_are_added() -> None:
+    corpus = [["red", "apple"], ["green", "apple"], ["red", "car"]]
+    index = MemoryIndex()
+    for n, doc in enumerate(corpus, start=1):
+        index.add(dict(Counter(doc)))
+        assert np.allclose(index.scores(["red", "apple"]), reference(corpus[:n], ["red", "apple"]))
+
+
+VOCAB = [f"w{i}" for i in range(12)]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=15), min_size=1, max_size=25),
+    st.lists(st.sampled_from([*VOCAB, "unseen"]), min_size=1, max_size=6),
+)
+@settings(max_examples=150, deadline=None)
+def test_random_corpora_match_rank_bm25(corpus: list[list[str]], query: list[str]) -> None:
+    assert np.allclose(ours(corpus, query), reference(corpus, query), rtol=1e-9, atol=1e-12)
+
+
+def test_analyzer_feeds_the_index_like_rank_bm25_token_lists() -> None:
+    texts = [
+        "The getUserName helper returns the user's name",
+        "HTTPServer restarts after config reload",
+        "user login fails: token_expiry in auth_service",
+        "name resolution for the HTTP server is slow",
+    ]
+    a = Analyzer()
+    index = MemoryIndex()
+    for t in texts:
+        index.add(a.counts(t))
+    query = a.terms("user name http")
+    expected = reference([a.terms(t) for t in texts], query)
+    assert np.allclose(index.scores(query), expected)
+    assert int(np.argmax(expected)) == 0
+
+
+# --- recency ----------------------------------------------------------------------------
+
+
+def test_recency_weights_are_min_max_scaled() -> None:
+    assert np.allclose(recency_weights([10.0, 20.0, 15.0]), [1.0, 1.25, 1.125])
+    assert np.allclose(recency_weights([5.0, 5.0]), [1.25, 1.25])
+    assert recency_weights([]).shape == (0,)
