@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from test_http import http_client, http_server
 
 from context_window.config import load_settings
 from context_window.server import build_server
@@ -18,6 +19,11 @@ from context_window.service import Service
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.json"))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 def registered_tools(tmp_path: Path) -> set[str]:
@@ -36,6 +42,10 @@ def test_config_parses_and_starts_context_window(path: Path) -> None:
     config = json.loads(path.read_text(encoding="utf-8"))
     [(name, server)] = config["mcpServers"].items()
     assert name == "context-window"
+    if "url" in server:  # Streamable HTTP: a running server's /mcp endpoint
+        assert server["url"].startswith("http://127.0.0.1:3001/mcp")
+        assert server["headers"]["Authorization"].startswith("Bearer ")
+        return
     launched = " ".join([server["command"], *server.get("args", [])])
     assert "context-window" in launched or "context_window" in launched
     assert all(isinstance(a, str) for a in server.get("args", []))
@@ -58,7 +68,7 @@ def test_config_flags_are_real_flags(tmp_path: Path) -> None:
     for path in CONFIGS:
         server = json.loads(path.read_text(encoding="utf-8"))["mcpServers"]["context-window"]
         args = server.get("args", [])
-        if server["command"].endswith(("context-window", "context-window.exe")):
+        if server.get("command", "").endswith(("context-window", "context-window.exe")):
             build_parser().parse_args(args)  # exits (fails the test) on an unknown flag
 
 
@@ -95,3 +105,13 @@ def test_scripted_session(tmp_path: Path) -> None:
     else:
         assert "documents skipped" in out
     assert "serving on stdio" in proc.stderr  # the server's log reaches stderr, not stdout
+
+
+@pytest.mark.anyio
+async def test_http_config_connects(tmp_path: Path) -> None:
+    server = json.loads((EXAMPLES / "lmstudio-mcp-http.json").read_text(encoding="utf-8"))
+    entry = server["mcpServers"]["context-window"]
+    with http_server(tmp_path, "--http-token", "tok-from-config") as running:
+        url = entry["url"].replace("127.0.0.1:3001", running.base.removeprefix("http://"))
+        async with http_client(url, "tok-from-config") as client:
+            assert "context_open" in {t.name for t in (await client.list_tools()).tools}

@@ -317,6 +317,14 @@ async def test_two_clients_see_each_others_writes(server: Running) -> None:
         assert "shared" in listed
 
 
+def test_port_in_use_exits_non_zero(server: Running, tmp_path: Path) -> None:
+    port = server.base.rsplit(":", 1)[1]
+    args = ["--no-llm", "--data-dir", str(tmp_path), "--http", "--port", port]
+    proc = subprocess.run(server_command(*args), capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "address already in use" in proc.stderr.lower() and proc.stdout == ""
+
+
 def _settings(tmp_path: Path, **flags: Any) -> Any:
     return load_settings({"data_dir": tmp_path, **flags}, environ={})
 
