@@ -78,14 +78,13 @@ def load_settings(
 ) -> Settings:
     """Merge flags (None = unset) over environment variables over defaults, and validate."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {k: v for k, v in (flags or {}).items() if v is not None}
     for name, var in _ENV:
         raw = env.get(var)
-        if raw is not None and (raw != "" or name in {"llm_model", "llm_api_key", "http_token"}):
+        if name in values or raw is None:
+            continue  # a flag wins, even over an unparsable variable
+        if raw != "" or name in {"llm_model", "llm_api_key", "http_token"}:
             values[name] = _parse(name, raw, var)
-    for name, value in (flags or {}).items():
-        if value is not None:
-            values[name] = value
     if "data_dir" not in values:
         values["data_dir"] = default_data_dir()
     values["data_dir"] = _absolute(values["data_dir"])

@@ -114,7 +114,7 @@ def render_compaction(c: Compaction, budget: int, stats: SessionStats) -> str:
     """context_compact's text: what was folded, how, and the tokens freed."""
     n = len(c.plan.entries)
     keep = f"kept the {c.plan.kept_recent} most recent and {c.plan.pinned_kept} pinned"
-    if c.dry_run:
+    if c.dry_run and n >= 2:
         return f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; {keep}."
     if c.summary is None or c.entry is None:
         return (
@@ -231,7 +231,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         data = {
             "session_id": c.session_id,
             "dry_run": c.dry_run,
-            "folded": len(c.plan.entries),
+            "folded": len(c.plan.entries) if len(c.plan.entries) >= 2 else 0,
             "folded_tokens": c.plan.tokens,
             "summary_id": c.entry.id if c.entry else None,
             "summary_tokens": c.summary.tokens if c.summary else 0,
