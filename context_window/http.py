@@ -127,7 +127,7 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP path except the open ones needs ``Authorization: Bearer``."""
+    """ASGI middleware: every path except the open ones needs ``Authorization: Bearer``."""
 
     def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str]) -> None:
         self.app = app
@@ -136,13 +136,18 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass lifespan, open paths and authorized requests through; answer 401 otherwise."""
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] == "lifespan" or (
+            scope["type"] == "http" and scope["path"] in self.open_paths
+        ):
             await self.app(scope, receive, send)
             return
         supplied = bearer_token(Headers(scope=scope).get("authorization"))
         # Starlette decodes headers as latin-1; back to the raw bytes, compared in constant time.
         if supplied is not None and hmac.compare_digest(supplied.encode("latin-1"), self._expected):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket: no route here takes one, refuse it anyway
+            await send({"type": "websocket.close", "code": 1008})
             return
         reason = "missing" if supplied is None else "wrong"
         client = scope.get("client")
