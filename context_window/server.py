@@ -10,6 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
 from context_window.adapters import guarded, result
+from context_window.document_tools import register_document_tools
 from context_window.service import Service
 from context_window.session_tools import READ_ONLY, register_session_tools
 
@@ -66,6 +67,7 @@ def build_server(service: Service) -> MCPServer:
         lifespan=lifespan,
     )
     register_session_tools(app, service)
+    register_document_tools(app, service)
 
     @app.tool(annotations=READ_ONLY, description="How to use these tools. Read once at the start.")
     @guarded("context_guide", service.settings.audit)

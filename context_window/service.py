@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from context_window import __version__
 from context_window.calibration import Calibrator
 from context_window.config import Settings
+from context_window.documents import DocumentStore
 from context_window.errors import InvalidInput
 from context_window.llm import LLMClient
 from context_window.models import Entry, Summary
@@ -64,6 +65,13 @@ class Service:
             self.calibrator.load_cached()
         self.summarizer = Summarizer(self.counter, self.llm)
         self.sessions = SessionStore(settings.data_dir, self.counter)
+        self.documents = DocumentStore(
+            settings.data_dir,
+            self.counter,
+            ingest_roots=settings.ingest_roots,
+            chunk_tokens=settings.chunk_tokens,
+            chunk_overlap=settings.chunk_overlap,
+        )
         self._calibrated_once = False
 
     async def calibrate(self, force: bool = False) -> str:

@@ -1,0 +1,223 @@
+"""A document's inverted index, built once at ingest and memory-mapped at search time.
+
+Layout of ``<doc>/index/`` (all arrays are ``.npy``, opened with ``mmap_mode="r"``,
+so opening an index after a restart reads only ``stats.json`` and array headers)::
+
+    terms.bin          the sorted distinct terms, UTF-8, concatenated (no separators)
+    term_offsets.npy   uint64 [T+1]: term i is terms.bin[term_offsets[i]:term_offsets[i+1]]
+    post_offsets.npy   uint64 [T+1]: term i's postings are [post_offsets[i]:post_offsets[i+1]]
+    post_chunks.npy    uint32 [P]:   chunk numbers, ascending within a term
+    post_tfs.npy       uint16|uint32 [P]: term frequency in that chunk
+    doc_len.npy        uint32 [N]:   terms per chunk (text and heading trail)
+    stats.json         {version, chunks, terms, postings, avgdl, average_idf}
+
+Terms sort by UTF-8 bytes (the same order as Python sorts str), so a query term is
+found by binary search over the offsets, touching ~log2(T) pages of terms.bin.
+Scores are BM25 exactly as ``textindex`` computes them (and ``rank_bm25.BM25Okapi``):
+k1 = 1.2, b = 0.75, negative idf floored at 0.25 x the mean idf of all terms.
+
+Searching several documents uses corpus-wide statistics: N, df and the total
+length are summed over the documents, so a chunk scores as it would in one index
+of all chunks. The one approximation is the epsilon floor's mean idf, taken as the
+chunk-weighted mean of each document's own (exact for a single document).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from context_window.storage import write_json_atomic
+from context_window.termcount import Triples
+from context_window.textindex import average_idf, idf_values, term_scores
+
+INDEX_VERSION = 1
+F64 = npt.NDArray[np.float64]
+
+
+class IndexBuilder:
+    """Collects term-count triples batch by batch; ``write`` sorts them into postings."""
+
+    def __init__(self) -> None:
+        self._chunks: list[npt.NDArray[np.uint32]] = []
+        self._terms: list[npt.NDArray[np.uint32]] = []
+        self._tfs: list[npt.NDArray[np.uint32]] = []
+        self._lengths: list[npt.NDArray[np.int64]] = []
+        self.n_chunks = 0
+
+    def add(self, batch: Triples) -> None:
+        """Add one batch of chunks (numbered after those already added)."""
+        self._chunks.append(batch.chunk + np.uint32(self.n_chunks))
+        self._terms.append(batch.term)
+        self._tfs.append(batch.tf)
+        self._lengths.append(batch.lengths)
+        self.n_chunks += len(batch.lengths)
+
+    def write(self, directory: Path, vocab: dict[str, int]) -> dict[str, Any]:
+        """Write the index files into ``directory``; return the stats it wrote."""
+        directory.mkdir(parents=True, exist_ok=True)
+        terms = sorted(vocab)
+        old_ids = np.fromiter((vocab[t] for t in terms), dtype=np.int64, count=len(terms))
+        rank = np.empty(len(vocab), dtype=np.uint32)
+        rank[old_ids] = np.arange(len(terms), dtype=np.uint32)
+        del old_ids
+        encoded = [t.encode("utf-8") for t in terms]
+        del terms
+        lens = np.fromiter((len(e) for e in encoded), dtype=np.uint64, count=len(encoded))
+        (directory / "terms.bin").write_bytes(b"".join(encoded))
+        del encoded
+        np.save(directory / "term_offsets.npy", np.concatenate(([0], np.cumsum(lens))))
+        chunk = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.uint32)
+        self._chunks.clear()
+        term = rank[np.concatenate(self._terms)] if self._terms else np.zeros(0, np.uint32)
+        self._terms.clear()
+        tf = np.concatenate(self._tfs) if self._tfs else np.zeros(0, np.uint32)
+        self._tfs.clear()
+        order = np.argsort(term, kind="stable")  # chunks stay ascending within a term
+        df = np.bincount(term, minlength=len(vocab)).astype(np.int64)
+        del term
+        np.save(directory / "post_chunks.npy", chunk[order])
+        del chunk
+        tf_type = np.uint16 if len(tf) == 0 or int(tf.max()) <= 0xFFFF else np.uint32
+        np.save(directory / "post_tfs.npy", tf[order].astype(tf_type))
+        del tf, order
+        np.save(directory / "post_offsets.npy", np.concatenate(([0], np.cumsum(df))))
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        np.save(directory / "doc_len.npy", lengths.astype(np.uint32))
+        n = self.n_chunks
+        stats = {
+            "version": INDEX_VERSION,
+            "chunks": n,
+            "terms": len(vocab),
+            "postings": int(df.sum()),
+            "avgdl": float(lengths.sum()) / n if n else 0.0,
+            "total_len": int(lengths.sum()),
+            "average_idf": average_idf(df, n),
+        }
+        write_json_atomic(directory / "stats.json", stats)
+        return stats
+
+
+class DocIndex:
+    """A persisted index opened read-only; arrays are memory-mapped, nothing is rebuilt."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        stats = json.loads((directory / "stats.json").read_text(encoding="utf-8"))
+        if stats.get("version") != INDEX_VERSION:
+            raise ValueError(f"index version {stats.get('version')} is not {INDEX_VERSION}")
+        self.n_chunks = int(stats["chunks"])
+        self.n_terms = int(stats["terms"])
+        self.avgdl = float(stats["avgdl"])
+        self.total_len = int(stats.get("total_len", round(self.avgdl * self.n_chunks)))
+        self.average_idf = float(stats["average_idf"])
+        self._terms: mmap.mmap | bytes = b""
+        if self.n_terms:
+            with (directory / "terms.bin").open("rb") as f:
+                self._terms = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._term_off = _load(directory / "term_offsets.npy")
+        self._post_off = _load(directory / "post_offsets.npy")
+        self._chunks = _load(directory / "post_chunks.npy")
+        self._tfs = _load(directory / "post_tfs.npy")
+        self._doc_len = _load(directory / "doc_len.npy")
+
+    def close(self) -> None:
+        """Release the mapping of terms.bin (arrays are released when dropped)."""
+        if isinstance(self._terms, mmap.mmap):
+            self._terms.close()
+
+    def find(self, term: str) -> int:
+        """The term's number, or -1: a binary search over the sorted term list."""
+        key = term.encode("utf-8")
+        off, blob = self._term_off, self._terms
+        lo, hi = 0, self.n_terms
+        while lo < hi:
+            mid = (lo + hi) // 2
+            probe = blob[int(off[mid]) : int(off[mid + 1])]
+            if probe < key:
+                lo = mid + 1
+            elif probe > key:
+                hi = mid
+            else:
+                return mid
+        return -1
+
+    def postings(self, term_id: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic]]:
+        """(chunk numbers, term frequencies) of one term."""
+        a, b = int(self._post_off[term_id]), int(self._post_off[term_id + 1])
+        return np.asarray(self._chunks[a:b]), np.asarray(self._tfs[a:b])
+
+    def doc_freq(self, term: str) -> int:
+        """In how many chunks ``term`` occurs."""
+        tid = self.find(term)
+        return 0 if tid < 0 else int(self._post_off[tid + 1] - self._post_off[tid])
+
+    def doc_lengths(self, chunks: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+        """Terms per chunk for the given chunk numbers."""
+        return np.asarray(self._doc_len[chunks])
+
+    def scores(self, query_terms: Sequence[str]) -> F64:
+        """BM25 score of every chunk of this document alone (rank_bm25's numbers)."""
+        return score_all([self], query_terms)[0][0]
+
+
+def _load(path: Path) -> npt.NDArray[Any]:
+    """A memory-mapped array, or an in-memory one when the file holds no elements."""
+    arr: npt.NDArray[Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+    if arr.size == 0:
+        arr = np.load(path, allow_pickle=False)
+    return arr
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """BM25 statistics over several documents' chunks."""
+
+    n: int
+    avgdl: float
+    average_idf: float
+
+
+def corpus_stats(indexes: Sequence[DocIndex]) -> CorpusStats:
+    """Summed chunk counts and lengths; the chunk-weighted mean of each average idf."""
+    n = sum(ix.n_chunks for ix in indexes)
+    total = sum(ix.total_len for ix in indexes)
+    avg_idf = sum(ix.average_idf * ix.n_chunks for ix in indexes) / n if n else 0.0
+    return CorpusStats(n, total / n if n else 0.0, avg_idf)
+
+
+def score_all(
+    indexes: Sequence[DocIndex], query_terms: Sequence[str]
+) -> list[tuple[F64, npt.NDArray[np.bool_]]]:
+    """BM25 scores of every chunk of every index, with statistics over all of them.
+
+    Each index gets (scores, matched): ``matched`` marks chunks holding any query
+    term, since BM25 scores a term found in most chunks at or below zero (a
+    one-chunk document scores every term negative) and such chunks still match.
+    """
+    out = [
+        (np.zeros(ix.n_chunks, dtype=np.float64), np.zeros(ix.n_chunks, dtype=bool))
+        for ix in indexes
+    ]
+    stats = corpus_stats(indexes)
+    if stats.n == 0:
+        return out
+    for term in query_terms:  # repeated query terms count again, as in rank_bm25
+        found = [(i, tid) for i, ix in enumerate(indexes) if (tid := ix.find(term)) >= 0]
+        if not found:
+            continue
+        postings = [(i, *indexes[i].postings(tid)) for i, tid in found]
+        df = sum(len(chunks) for _, chunks, _ in postings)
+        idf = float(idf_values(np.array([df]), stats.n, stats.average_idf)[0])
+        for i, chunks, tfs in postings:
+            lengths = indexes[i].doc_lengths(chunks)
+            out[i][0][chunks] += term_scores(tfs, lengths, stats.avgdl, idf)
+            out[i][1][chunks] = True
+    return out

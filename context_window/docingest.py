@@ -1,0 +1,240 @@
+"""Building one document directory: source, chunks, chunk table and index, meta.json last.
+
+Everything is written into a fresh temporary directory which the store renames
+into place only when ``meta.json`` (the last file) exists, so a crash mid-ingest
+leaves at most a hidden ``.tmp-*`` directory that is never listed. The work is
+streamed: the decoded text is dropped as soon as it is chunked, chunks are
+written and indexed in batches and dropped, and the index is sorted with numpy.
+
+Files besides those of ``docindex``::
+
+    source.txt             the original text (UTF-8)
+    chunks.jsonl           one {index, text, tokens, start, end, heading} per line
+    index/lines.npy        uint64 [N+1]: byte offset of each line of chunks.jsonl
+    index/chunks.npy       int64 [N, 3]: start, end (character offsets), tokens
+    index/heading_ids.npy  uint32 [N]: the chunk's heading trail, as a number into
+    index/headings.json    {"trails": [...]} the distinct heading trails
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from context_window.chunking import chunk_text
+from context_window.docindex import IndexBuilder
+from context_window.errors import InvalidInput
+from context_window.models import Chunk
+from context_window.sandbox import decode_utf8
+from context_window.storage import write_json_atomic
+from context_window.termcount import TermCounter
+
+Progress = Callable[[float, str], None]
+BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
+BATCH_CHUNKS = 4096
+SEGMENT_CHARS = 8_000_000  # large headingless texts are chunked this much at a time
+_STRUCTURE = re.compile(r"^ {0,3}(?:#{1,6}[ \t]|```|~~~)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What to build: the id, title and where the text came from, and how to chunk it."""
+
+    doc_id: str
+    title: str
+    source: str
+    sha256: str
+    chunk_tokens: int
+    chunk_overlap: int
+    ratio: float
+    max_chars: int
+
+
+def no_progress(_fraction: float, _message: str) -> None:
+    """A progress callback that ignores progress."""
+
+
+def sha256_of(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def encode_text(text: str) -> bytes:
+    """Inline text as UTF-8, or InvalidInput naming the first unencodable character."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"text has an unpaired surrogate at character {exc.start}; send valid Unicode"
+        ) from None
+
+
+def build(
+    directory: Path, spec: BuildSpec, holder: list[bytes], progress: Progress = no_progress
+) -> dict[str, Any]:
+    """Write a complete document into ``directory`` from the bytes in ``holder``; return meta.
+
+    ``holder`` holds the only reference to the source bytes and is emptied, so
+    the bytes can be freed as soon as they are written and decoded.
+    """
+    data = holder.pop()
+    progress(0.02, "decoding")
+    text = decode_utf8(data, spec.source)
+    if len(text) > spec.max_chars:
+        raise InvalidInput(
+            f"{spec.source} is {len(text):,} characters; the limit is {spec.max_chars:,}. "
+            "Split it, or ingest the part you need"
+        )
+    if not text.strip():
+        raise InvalidInput(f"{spec.source} is empty: nothing to ingest")
+    directory.mkdir(parents=True)
+    (directory / "source.txt").write_bytes(data)
+    n_bytes = len(data)
+    del data
+    progress(0.05, "chunking")
+    chars = len(text)
+    holder_text = [text]
+    del text
+    totals = _write_chunks(directory, _chunk_batches(holder_text, spec, progress), progress)
+    meta: dict[str, Any] = {
+        "id": spec.doc_id,
+        "title": spec.title,
+        "source": spec.source,
+        "sha256": spec.sha256,
+        "bytes": n_bytes,
+        "chars": chars,
+        "chunks": totals["chunks"],
+        "tokens": totals["tokens"],
+        "terms": totals["terms"],
+        "cursor": 0,
+        "created_at": time.time(),
+        "chunk_tokens": spec.chunk_tokens,
+        "chunk_overlap": spec.chunk_overlap,
+        "ratio": spec.ratio,
+    }
+    progress(0.98, "writing meta.json")
+    write_json_atomic(directory / "meta.json", meta)  # last: its presence marks completion
+    return meta
+
+
+def _chunk_batches(holder: list[str], spec: BuildSpec, progress: Progress) -> Iterator[list[Chunk]]:
+    """Chunk the text, in segments when it is large and has no headings or fences.
+
+    A long log is chunked ``SEGMENT_CHARS`` at a time, so only one segment's chunks
+    exist at once. Each segment but the last gives up its final chunk, and the next
+    segment starts where that chunk started, so the chunks come out as they would
+    from one call (overlap included). Text with headings or code fences is chunked
+    whole, since a segment would lose the heading trail or split a fence.
+    """
+    text = holder.pop()
+    n = len(text)
+    if n <= SEGMENT_CHARS or _STRUCTURE.search(text):
+        chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
+        del text
+        yield chunks
+        return
+    base, index = 0, 0
+    while base < n:
+        cut = n if base + SEGMENT_CHARS >= n else text.rfind("\n", base, base + SEGMENT_CHARS) + 1
+        if cut <= base:
+            cut = min(n, base + SEGMENT_CHARS)  # one enormous line: cut it anyway
+        part = chunk_text(text[base:cut], spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
+        if cut < n and len(part) > 1:
+            last = part.pop()
+            cut = base + last.start
+        yield [
+            Chunk(index + k, c.text, c.tokens, c.start + base, c.end + base, c.heading)
+            for k, c in enumerate(part)
+        ]
+        index += len(part)
+        base = cut
+        progress(0.05 + 0.85 * base / n, f"chunked and indexed {base:,} of {n:,} characters")
+
+
+def _write_chunks(
+    directory: Path, batches: Iterator[list[Chunk]], progress: Progress
+) -> dict[str, int]:
+    """Write chunks.jsonl and the chunk table, and build the index, batch by batch."""
+    index_dir = directory / "index"
+    index_dir.mkdir()
+    table = _Growing(np.int64, 4)  # start, end, tokens, end offset of the line
+    heading_ids = _Growing(np.uint32, 1)
+    trails: dict[str, int] = {}
+    counter = TermCounter()
+    builder = IndexBuilder()
+    offset = prev_end = 0
+    tokens = 0.0  # each chunk's tokens pro rata to the characters its predecessor lacks
+    done = 0
+    with (directory / "chunks.jsonl").open("wb") as out:
+        for chunks in batches:
+            total = len(chunks)
+            while chunks:
+                take, size = 0, 0
+                while take < len(chunks) and take < BATCH_CHUNKS and size < BATCH_CHARS:
+                    size += len(chunks[take].text)
+                    take += 1
+                batch = chunks[:take]
+                del chunks[:take]
+                encoded = [_line(c) for c in batch]
+                out.write(b"".join(encoded))
+                for c, line in zip(batch, encoded, strict=True):
+                    offset += len(line)
+                    tokens += c.tokens * max(0, c.end - max(c.start, prev_end)) / len(c.text)
+                    prev_end = max(prev_end, c.end)
+                    table.append([c.start, c.end, c.tokens, offset])
+                    heading_ids.append([trails.setdefault(c.heading, len(trails))])
+                builder.add(counter.count([f"{c.text}\n{c.heading}" for c in batch]))
+                done += len(batch)
+                if total > BATCH_CHUNKS:
+                    progress(0.05 + 0.85 * done / total, f"indexed {done:,} of {total:,} chunks")
+    progress(0.92, "sorting the index")
+    stats = builder.write(index_dir, counter.vocab)
+    rows = table.array()
+    np.save(index_dir / "lines.npy", np.concatenate(([0], rows[:, 3])).astype(np.uint64))
+    np.save(index_dir / "chunks.npy", np.ascontiguousarray(rows[:, :3]))
+    np.save(index_dir / "heading_ids.npy", heading_ids.array())
+    write_json_atomic(index_dir / "headings.json", {"trails": list(trails)})
+    return {"chunks": done, "tokens": math.ceil(tokens), "terms": int(stats["terms"])}
+
+
+def _line(c: Chunk) -> bytes:
+    """One chunks.jsonl line."""
+    record = {
+        "index": c.index,
+        "text": c.text,
+        "tokens": c.tokens,
+        "start": c.start,
+        "end": c.end,
+        "heading": c.heading,
+    }
+    return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+class _Growing:
+    """Rows of numbers appended one by one into a numpy array that doubles as needed."""
+
+    def __init__(self, dtype: type[np.generic], width: int) -> None:
+        self._data = np.zeros((1024, width), dtype=dtype)
+        self._n = 0
+
+    def append(self, row: list[int]) -> None:
+        """Add one row."""
+        if self._n == len(self._data):
+            self._data = np.concatenate([self._data, np.zeros_like(self._data)])
+        self._data[self._n] = row
+        self._n += 1
+
+    def array(self) -> npt.NDArray[Any]:
+        """The rows so far (a 1-D array when the width is 1)."""
+        out = self._data[: self._n]
+        return out[:, 0].copy() if out.shape[1] == 1 else out.copy()

@@ -1,0 +1,149 @@
+"""Document summaries: what text to give the summarizer, and the caches of what it said.
+
+A range that fits ``DIRECT_TOKENS`` is summarized from its text, overlap removed.
+A larger one (a whole 100 MB log) is never fed whole: the summarizer gets a sample
+of ``DIRECT_TOKENS`` worth of chunks, half evenly spaced over the range (first and
+last included) and half the chunks that rank highest for error and failure words,
+and the result says so. The whole-document summary is cached in meta.json; one-line
+chunk summaries (for doc_outline) are cached in ``summaries.jsonl``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from context_window.doctables import DocInfo
+from context_window.documents import DocumentStore
+from context_window.errors import InvalidInput
+from context_window.models import Chunk, Summary
+from context_window.summarize import Summarizer
+
+DIRECT_TOKENS = 12_000
+LINE_TOKENS = 40
+SALIENT = (
+    "error errors exception failed failure fatal warning warn denied refused timeout "
+    "panic traceback abort killed"
+)
+
+
+@dataclass(frozen=True)
+class DocSummary:
+    """A summary of chunks ``first..last`` of a document, and how it was made."""
+
+    doc: DocInfo
+    first: int
+    last: int
+    whole: bool
+    summary: Summary
+    note: str
+    cached: bool
+
+
+def check_range(doc: DocInfo, first: int | None, last: int | None) -> tuple[int, int]:
+    """``first..last`` defaulted to the whole document, or InvalidInput naming the chunk count."""
+    n = doc.chunks
+    lo = 0 if first is None else first
+    hi = n - 1 if last is None else min(last, n - 1)
+    if not 0 <= lo < n:
+        raise InvalidInput(
+            f"from={lo} is out of range: document {doc.id!r} has {n} chunks (0-{n - 1})"
+        )
+    if last is not None and last < lo:
+        raise InvalidInput(f"to ({last}) is before from ({lo}); give to >= from")
+    return lo, hi
+
+
+def joined(chunks: list[Chunk]) -> str:
+    """Consecutive chunks' text with the overlap between neighbours left out."""
+    parts: list[str] = []
+    prev_end = -1
+    for c in chunks:
+        skip = max(0, prev_end - c.start) if parts else 0
+        piece = c.text[skip:].lstrip() if skip else c.text
+        if piece:
+            parts.append(piece)
+        prev_end = max(prev_end, c.end)
+    return "\n".join(parts)
+
+
+def source_text(store: DocumentStore, doc: DocInfo, first: int, last: int) -> tuple[str, str]:
+    """The text to summarize for ``first..last`` and a note saying what it is."""
+    tables = store.tables(doc)
+    tokens = tables.tokens()[first : last + 1]
+    total = int(tokens.sum())
+    count = last - first + 1
+    if total <= DIRECT_TOKENS:
+        return joined(tables.read(first, last)), f"read chunks {first}-{last} whole"
+    per_chunk = max(1, int(np.median(tokens)))
+    want = max(2, min(count, DIRECT_TOKENS // per_chunk))
+    even = {int(i) for i in np.linspace(first, last, max(2, want // 2)).round()}
+    scores = tables.index.scores(store.analyzer_terms(SALIENT))[first : last + 1]
+    ranked = [first + int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+    salient = [i for i in ranked if i not in even][: max(0, want - len(even))]
+    picked = sorted(even | set(salient))
+    text = "\n\n".join(tables.read(i, i)[0].text for i in picked)
+    note = (
+        f"sampled {len(picked)} of {count} chunks ({total:,} tokens): {len(even)} evenly "
+        f"spaced and {len(salient)} that mention errors or failures; the rest was not read"
+    )
+    return text, note
+
+
+async def summarize_range(
+    store: DocumentStore,
+    summarizer: Summarizer,
+    doc_id: str,
+    first: int | None,
+    last: int | None,
+    target_tokens: int,
+    refresh: bool,
+) -> DocSummary:
+    """Summarize a range (or the whole document, whose summary is cached in meta.json)."""
+    doc = store.get(doc_id)
+    lo, hi = check_range(doc, first, last)
+    whole = lo == 0 and hi == doc.chunks - 1
+    cached = doc.summary if whole else None
+    if cached and not refresh and cached.get("target_tokens") == target_tokens:
+        summary = Summary(
+            str(cached["text"]),
+            cached.get("method", "extractive"),
+            int(cached.get("tokens", 0)),
+            str(cached.get("reason", "")),
+        )
+        return DocSummary(doc, lo, hi, True, summary, str(cached.get("note", "")), True)
+    text, note = source_text(store, doc, lo, hi)
+    summary = await summarizer.summarize(text, target_tokens, kind="document")
+    if whole:
+        record = {
+            "text": summary.text,
+            "method": summary.method,
+            "tokens": summary.tokens,
+            "reason": summary.reason,
+            "note": note,
+            "target_tokens": target_tokens,
+            "made_at": time.time(),
+        }
+        doc = store.update_meta(doc.id, summary=record)
+    return DocSummary(doc, lo, hi, whole, summary, note, False)
+
+
+async def chunk_lines(
+    store: DocumentStore, summarizer: Summarizer, doc: DocInfo, indices: list[int]
+) -> dict[int, str]:
+    """One-line summaries of the given chunks, from the cache or made now and cached."""
+    cache = store.chunk_summaries(doc)
+    fresh = []
+    for i in indices:
+        if i in cache:
+            continue
+        chunk = store.read_chunks(doc, i, i)[0]
+        made = await summarizer.summarize(chunk.text, LINE_TOKENS, kind="document section")
+        line = " ".join(made.text.split())
+        record = {"index": i, "text": line, "method": made.method}
+        cache[i] = record
+        fresh.append(record)
+    store.save_chunk_summaries(doc, fresh)
+    return {i: str(cache[i]["text"]) for i in indices}

@@ -1,0 +1,119 @@
+"""A document's records: its metadata, and its memory-mapped chunk table and index.
+
+``Tables`` opens ``index/`` of one document (see ``docingest`` and ``docindex`` for
+the files) and reads chunk texts from ``chunks.jsonl`` by byte offset, so reading
+a few chunks of a 100 MB document reads a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from context_window.docindex import DocIndex
+from context_window.models import Chunk
+
+
+@dataclass(frozen=True)
+class DocInfo:
+    """A document's metadata as stored in meta.json."""
+
+    id: str
+    title: str
+    source: str
+    sha256: str
+    chars: int
+    chunks: int
+    tokens: int
+    cursor: int
+    created_at: float
+    ratio: float
+    summary: dict[str, Any] | None
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> DocInfo:
+        """Parse meta.json (raises KeyError/TypeError/ValueError when it is not valid)."""
+        summary = meta.get("summary")
+        return cls(
+            id=str(meta["id"]),
+            title=str(meta.get("title") or meta["id"]),
+            source=str(meta.get("source", "")),
+            sha256=str(meta.get("sha256", "")),
+            chars=int(meta["chars"]),
+            chunks=int(meta["chunks"]),
+            tokens=int(meta["tokens"]),
+            cursor=int(meta.get("cursor", 0)),
+            created_at=float(meta.get("created_at", 0.0)),
+            ratio=float(meta.get("ratio", 0.27)),
+            summary=summary if isinstance(summary, dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What an ingest did: the document, and whether it matched or replaced another."""
+
+    doc: DocInfo
+    duplicate_of: str | None
+    reused: bool
+    replaced: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Window:
+    """Consecutive chunks returned by doc_window, and where the cursor went."""
+
+    doc: DocInfo
+    chunks: tuple[Chunk, ...]
+    truncated: bool
+    cursor: int
+    at_end: bool
+    used_tokens: int
+
+
+class Tables:
+    """A document's memory-mapped chunk table, line offsets, headings and index."""
+
+    def __init__(self, directory: Path) -> None:
+        index_dir = directory / "index"
+        self.dir = directory
+        self.lines = np.load(index_dir / "lines.npy", mmap_mode="r")
+        self.table = np.load(index_dir / "chunks.npy")
+        self.heading_ids = np.load(index_dir / "heading_ids.npy")
+        trails = json.loads((index_dir / "headings.json").read_text(encoding="utf-8"))["trails"]
+        self.trails: list[str] = [str(t) for t in trails]
+        self.index = DocIndex(index_dir)
+
+    def heading(self, i: int) -> str:
+        """The heading trail of chunk ``i``."""
+        return self.trails[int(self.heading_ids[i])]
+
+    def tokens(self) -> npt.NDArray[np.int64]:
+        """Estimated tokens of every chunk, at the ratio used at ingest."""
+        return np.asarray(self.table[:, 2])
+
+    def read(self, first: int, last: int) -> list[Chunk]:
+        """Chunks ``first..last`` (inclusive), read by byte offset from chunks.jsonl."""
+        a, b = int(self.lines[first]), int(self.lines[last + 1])
+        with (self.dir / "chunks.jsonl").open("rb") as f:
+            f.seek(a)
+            data = f.read(b - a)
+        return [_chunk(json.loads(line)) for line in data.splitlines() if line.strip()]
+
+
+def _chunk(rec: dict[str, Any]) -> Chunk:
+    """A Chunk from one chunks.jsonl record."""
+    return Chunk(
+        int(rec["index"]),
+        str(rec["text"]),
+        int(rec["tokens"]),
+        int(rec["start"]),
+        int(rec["end"]),
+        str(rec.get("heading", "")),
+    )

@@ -1,0 +1,367 @@
+"""The document tools: thin adapters from MCP calls to the document store, and their views."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, ParamSpec
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from context_window.adapters import guarded, result
+from context_window.docsummary import DocSummary, chunk_lines, summarize_range
+from context_window.doctables import DocInfo, Ingested, Window
+from context_window.documents import ingest_in_thread
+from context_window.models import Chunk, Hit
+from context_window.packing import pack
+from context_window.service import Service
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+P = ParamSpec("P")
+OUTLINE_SUMMARIES = 20  # chunks summarized per doc_outline call unless max_chunks says otherwise
+
+DocId = Annotated[str, Field(description="Document id from doc_ingest or doc_list")]
+Budget = Annotated[int | None, Field(ge=16, le=1_000_000, description="Tokens (default: --budget)")]
+
+
+def from_keyword(
+    fn: Callable[P, Awaitable[CallToolResult]],
+) -> Callable[P, Awaitable[CallToolResult]]:
+    """Let a tool take the argument ``from`` (a Python keyword) as its ``from_`` parameter.
+
+    The SDK validates arguments by their alias and passes them by alias too.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:
+        if "from" in kwargs:
+            kwargs["from_"] = kwargs.pop("from")
+        return await fn(*args, **kwargs)
+
+    return wrapper
+
+
+def doc_data(doc: DocInfo) -> dict[str, Any]:
+    """A document's metadata as structured content."""
+    return {
+        "id": doc.id,
+        "title": doc.title,
+        "source": doc.source,
+        "sha256": doc.sha256,
+        "chars": doc.chars,
+        "chunks": doc.chunks,
+        "tokens": doc.tokens,
+        "cursor": doc.cursor,
+        "created_at": doc.created_at,
+        "summary_cached": doc.summary is not None,
+    }
+
+
+def chunk_data(chunk: Chunk) -> dict[str, Any]:
+    """A chunk as structured content."""
+    return {
+        "index": chunk.index,
+        "text": chunk.text,
+        "tokens": chunk.tokens,
+        "start": chunk.start,
+        "end": chunk.end,
+        "heading": chunk.heading,
+    }
+
+
+def render_ingest(done: Ingested) -> str:
+    """doc_ingest's text: id, size, and what to call next."""
+    d = done.doc
+    if done.reused:
+        return (
+            f"Same content as doc {d.id} ({d.title}), already ingested: returned it, no copy "
+            f"made. {d.chars:,} chars, ~{d.tokens:,} tokens, {d.chunks} chunks.\n"
+            f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})"
+        )
+    verb = "Replaced" if done.replaced else "Ingested"
+    lines = [
+        f"{verb} doc {d.id} ({d.title}): {d.chars:,} chars, ~{d.tokens:,} tokens, "
+        f"{d.chunks} chunks in {done.seconds:.1f}s."
+    ]
+    if done.duplicate_of:
+        lines.append(f"Note: same content as doc {done.duplicate_of}.")
+    lines.append(f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})")
+    return "\n".join(lines)
+
+
+def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, int]]:
+    """Runs of consecutive chunks with the same heading trail: (first, last, trail, tokens)."""
+    runs: list[tuple[int, int, str, int]] = []
+    for i, trail, tokens in entries:
+        if runs and runs[-1][2] == trail and runs[-1][1] == i - 1:
+            first, _, _, total = runs[-1]
+            runs[-1] = (first, i, trail, total + tokens)
+        else:
+            runs.append((i, i, trail, tokens))
+    return runs
+
+
+def fit_lines(header: str, lines: list[str], budget: int, service: Service) -> str:
+    """``header`` and as many of ``lines`` as fit ``budget`` tokens, saying how many did not."""
+    count = service.counter.count
+    used = count(header)
+    kept: list[str] = []
+    for line in lines:
+        cost = count(line) + 1
+        if used + cost > budget:
+            break
+        kept.append(line)
+        used += cost
+    out = [header, *kept]
+    if len(kept) < len(lines):
+        out.append(
+            f"… {len(lines) - len(kept)} more lines omitted to fit {budget} tokens "
+            "(use max_chunks, doc_window or doc_search)"
+        )
+    return "\n".join(out)
+
+
+def hit_header(hit: Hit, with_id: bool = False) -> str:
+    """``--- title [i] heading · score ---`` (the doc id after the title when asked)."""
+    heading = f" {hit.chunk.heading}" if hit.chunk.heading else ""
+    title = f"{hit.title} ({hit.doc_id})" if with_id else hit.title
+    return f"--- {title} [{hit.chunk.index}]{heading} · {hit.score:.2f} ---"
+
+
+def render_window(w: Window, budget: int) -> str:
+    """doc_window's text: a header, then each chunk under its index and heading."""
+    d = w.doc
+    if not w.chunks:
+        return (
+            f"end of document; reset=true to start over, or pass from=N "
+            f"({d.id} has {d.chunks} chunks)"
+        )
+    first, last = w.chunks[0].index, w.chunks[-1].index
+    head = (
+        f"{d.title} [{first}-{last}] of {d.chunks} chunks · {w.used_tokens}/{budget} tokens · "
+        + ("end of document" if w.at_end else f"next: doc_window(doc_id={d.id!r}) from {w.cursor}")
+    )
+    if w.truncated:
+        head += (
+            f"\nchunk {first} is larger than the budget: truncated to {budget} tokens "
+            "(raise budget_tokens to read it whole)"
+        )
+    body = [f"[{c.index}] {c.heading}".rstrip() + f"\n{c.text}" for c in w.chunks]
+    return "\n\n".join([head, *body])
+
+
+def render_summary(s: DocSummary) -> str:
+    """doc_summarize's text: scope, method (and why), what was read, then the summary."""
+    what = "whole document" if s.whole else f"chunks {s.first}-{s.last}"
+    method = s.summary.method + (f" ({s.summary.reason})" if s.summary.reason else "")
+    cached = " (cached; refresh=true recomputes)" if s.cached else ""
+    return (
+        f"Summary of {s.doc.id} ({s.doc.title}), {what}: {s.summary.tokens} tokens by "
+        f"{method}{cached}. {s.note}.\n\n{s.summary.text}"
+    )
+
+
+def register_document_tools(app: MCPServer, service: Service) -> None:
+    """Register the doc_* tools on ``app``."""
+    store = service.documents
+    budget_default = service.settings.budget
+    audit = service.settings.audit
+
+    @app.tool(
+        annotations=WRITES,
+        description="Ingest a large text or a file (under an ingest root) once, to search and "
+        "page through it. Give exactly one of text or file_path.",
+    )
+    @guarded("doc_ingest", audit)
+    async def doc_ingest(
+        ctx: Context,
+        text: str | None = None,
+        file_path: Annotated[
+            str | None, Field(description="Path under an ingest root; relative = first root")
+        ] = None,
+        title: str | None = None,
+        doc_id: Annotated[str | None, Field(description="Id to create or replace")] = None,
+    ) -> CallToolResult:
+        done = await ingest_in_thread(
+            store, ctx.report_progress, text=text, file_path=file_path, title=title, doc_id=doc_id
+        )
+        data = {
+            **doc_data(done.doc),
+            "doc_id": done.doc.id,
+            "duplicate_of": done.duplicate_of,
+            "reused": done.reused,
+            "replaced": done.replaced,
+            "seconds": round(done.seconds, 3),
+            "next": ["doc_outline", "doc_search"],
+        }
+        return result(render_ingest(done), data)
+
+    @app.tool(
+        annotations=READ_ONLY,
+        description="A document's structure: heading trail and tokens per chunk. "
+        "summarize=true adds a cached one-line summary per chunk.",
+    )
+    @guarded("doc_outline", audit)
+    async def doc_outline(
+        doc_id: DocId,
+        summarize: bool = False,
+        max_chunks: Annotated[int | None, Field(ge=1, le=100_000)] = None,
+    ) -> CallToolResult:
+        doc = store.get(doc_id)
+        entries = store.outline(doc)
+        if summarize:
+            entries = entries[: max_chunks or OUTLINE_SUMMARIES]
+            lines_of = await chunk_lines(store, service.summarizer, doc, [e[0] for e in entries])
+            lines = [f"[{i}] {t or '-'} — {n} tokens: {lines_of[i]}" for i, t, n in entries]
+        else:
+            entries = entries[:max_chunks] if max_chunks else entries
+            lines = [
+                f"[{a}] {t or '(no heading)'} — {n} tokens"
+                if a == b
+                else f"[{a}-{b}] {t or '(no heading)'} — {n} tokens"
+                for a, b, t, n in collapse(entries)
+            ]
+        shown = f"chunks 0-{len(entries) - 1} of {doc.chunks}"
+        header = f"{doc.title} ({doc.id}): {shown}, ~{doc.tokens:,} tokens, cursor at {doc.cursor}"
+        if not summarize and all(not t for _, t, _ in entries):
+            header += "\nNo headings: use doc_search, doc_window, or summarize=true."
+        text = fit_lines(header, lines, budget_default, service)
+        data = {
+            **doc_data(doc),
+            "outline": [{"index": i, "heading": t, "tokens": n} for i, t, n in entries],
+        }
+        return result(text, data)
+
+    @app.tool(
+        annotations=READ_ONLY,
+        description="Find the chunks that best match a query, verbatim, best first, within a "
+        "budget. Omit doc_id to search every document.",
+    )
+    @guarded("doc_search", audit)
+    async def doc_search(
+        query: str,
+        doc_id: Annotated[str | None, Field(description="Omit to search all documents")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        budget_tokens: Budget = None,
+    ) -> CallToolResult:
+        budget = budget_tokens or budget_default
+        hits = store.search(query, doc_id, limit)
+        if not hits:
+            where = f"document {doc_id}" if doc_id else "any document"
+            msg = f"No chunk of {where} matches {query!r}. Try other or fewer words."
+            return result(msg, {"hits": [], "query": query, "omitted": 0})
+        blocks = [f"{hit_header(h, doc_id is None)}\n{h.chunk.text}" for h in hits]
+        packed = pack([service.counter.count(b) + 1 for b in blocks], budget)
+        chosen = [hits[k] for k in packed.items]
+        head = f"{len(chosen)} of {len(hits)} hits for {query!r} · "
+        head += f"{packed.used_tokens}/{budget} tokens"
+        if packed.omitted:
+            head += f" · {packed.omitted} did not fit (raise budget_tokens or lower limit)"
+        head += "\nRead around a hit: doc_window(doc_id, from=i-1, to=i+1)"
+        text = "\n\n".join([head, *(blocks[k] for k in packed.items)])
+        data = {
+            "query": query,
+            "hits": [
+                {"doc_id": h.doc_id, "title": h.title, "score": h.score, **chunk_data(h.chunk)}
+                for h in chosen
+            ],
+            "omitted": packed.omitted,
+            "used_tokens": packed.used_tokens,
+            "budget": budget,
+        }
+        return result(text, data)
+
+    @app.tool(
+        annotations=WRITES,
+        description="Read a document in order within a budget. Without from, continues at the "
+        "cursor, which advances past what was returned.",
+    )
+    @guarded("doc_window", audit)
+    @from_keyword
+    async def doc_window(
+        doc_id: DocId,
+        from_: Annotated[int | None, Field(alias="from", ge=0, description="First chunk")] = None,
+        to: Annotated[int | None, Field(ge=0, description="Last chunk (inclusive)")] = None,
+        budget_tokens: Budget = None,
+        reset: Annotated[bool, Field(description="Start again at chunk 0")] = False,
+    ) -> CallToolResult:
+        budget = budget_tokens or budget_default
+        w = store.window(doc_id, from_, to, budget, reset)
+        data = {
+            "doc_id": w.doc.id,
+            "chunks": [chunk_data(c) for c in w.chunks],
+            "cursor": w.cursor,
+            "total_chunks": w.doc.chunks,
+            "at_end": w.at_end,
+            "truncated": w.truncated,
+            "used_tokens": w.used_tokens,
+            "budget": budget,
+        }
+        return result(render_window(w, budget), data)
+
+    @app.tool(
+        annotations=WRITES,
+        description="Summarize a range of chunks or the whole document (the whole-document "
+        "summary is cached; refresh=true recomputes).",
+    )
+    @guarded("doc_summarize", audit)
+    @from_keyword
+    async def doc_summarize(
+        doc_id: DocId,
+        from_: Annotated[int | None, Field(alias="from", ge=0)] = None,
+        to: Annotated[int | None, Field(ge=0)] = None,
+        target_tokens: Annotated[int, Field(ge=16, le=20_000)] = 500,
+        refresh: bool = False,
+    ) -> CallToolResult:
+        s = await summarize_range(
+            store, service.summarizer, doc_id, from_, to, target_tokens, refresh
+        )
+        data = {
+            "doc_id": s.doc.id,
+            "from": s.first,
+            "to": s.last,
+            "whole": s.whole,
+            "text": s.summary.text,
+            "method": s.summary.method,
+            "reason": s.summary.reason,
+            "tokens": s.summary.tokens,
+            "note": s.note,
+            "cached": s.cached,
+        }
+        return result(render_summary(s), data)
+
+    @app.tool(annotations=READ_ONLY, description="List ingested documents, newest first.")
+    @guarded("doc_list", audit)
+    async def doc_list() -> CallToolResult:
+        docs = store.all()
+        if not docs:
+            text = "No documents yet. Call doc_ingest(text=... or file_path=...)."
+        else:
+            text = "\n".join(
+                [f"{len(docs)} documents (newest first):"]
+                + [
+                    f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
+                    f"cursor {d.cursor}, ingested {_when(d.created_at)}"
+                    for d in docs
+                ]
+            )
+        return result(text, {"documents": [doc_data(d) for d in docs]})
+
+    @app.tool(
+        annotations=DESTROYS,
+        description="Delete a document and everything derived from it (chunks, index, summaries).",
+    )
+    @guarded("doc_forget", audit)
+    async def doc_forget(doc_id: DocId) -> CallToolResult:
+        doc = store.forget(doc_id)
+        text = f"Forgot doc {doc.id} ({doc.title}): its files, index and summaries are deleted."
+        return result(text, {"doc_id": doc.id, "forgotten": True})
+
+
+def _when(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))

@@ -1,0 +1,397 @@
+"""The document store: ingest, list, forget, search, page with a cursor, cache summaries.
+
+A document lives in ``<data>/documents/<id>/`` (layout in ``docingest`` and
+``docindex``). Only directories with a valid ``meta.json`` are documents; hidden
+``.tmp-*`` and ``.trash-*`` directories are work in progress or leftovers. Reads
+touch only what they need: the chunk table and index are memory-mapped, and chunk
+texts are read from ``chunks.jsonl`` by byte offset, never the whole file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+from context_window.docindex import score_all
+from context_window.docingest import BuildSpec, Progress, build, encode_text, no_progress, sha256_of
+from context_window.doctables import DocInfo, Ingested, Tables, Window
+from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.models import Chunk, Hit
+from context_window.sandbox import read_file
+from context_window.storage import Journal, check_id, new_id, read_json, write_json_atomic
+from context_window.textindex import Analyzer
+from context_window.tokens import TokenCounter
+
+MAX_CHARS = 20_000_000
+MAX_TITLE_CHARS = 200
+STALE_SECONDS = 3600.0
+PROGRESS_SECONDS = 0.2
+
+
+class DocumentStore:
+    """All documents under ``<data>/documents``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        counter: TokenCounter,
+        *,
+        ingest_roots: Sequence[Path] = (),
+        chunk_tokens: int = 800,
+        chunk_overlap: int = 80,
+        max_chars: int = MAX_CHARS,
+    ) -> None:
+        self.root = data_dir / "documents"
+        self.counter = counter
+        self.ingest_roots = tuple(ingest_roots)
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.max_chars = max_chars
+        self._lock = threading.RLock()
+        self._tables: dict[str, tuple[float, Tables]] = {}
+        self._analyzer = Analyzer()
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove hidden work directories left by a crash long ago."""
+        if not self.root.is_dir():
+            return
+        for p in self.root.iterdir():
+            if p.name.startswith((".tmp-", ".trash-")):
+                with contextlib.suppress(OSError):
+                    if time.time() - p.stat().st_mtime > STALE_SECONDS:
+                        shutil.rmtree(p, ignore_errors=True)
+
+    def _meta(self, doc_id: str) -> dict[str, Any] | None:
+        meta = read_json(self.root / doc_id / "meta.json")
+        if meta is None or meta.get("id") != doc_id:
+            return None
+        try:
+            DocInfo.from_meta(meta)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return meta
+
+    def all(self) -> list[DocInfo]:
+        """Every complete document, newest first."""
+        if not self.root.is_dir():
+            return []
+        docs = []
+        for p in self.root.iterdir():
+            if p.name.startswith(".") or not p.is_dir():
+                continue
+            meta = self._meta(p.name)
+            if meta is not None:
+                docs.append(DocInfo.from_meta(meta))
+        return sorted(docs, key=lambda d: (-d.created_at, d.id))
+
+    def get(self, doc_id: str) -> DocInfo:
+        """One document (NotFound naming doc_list and the known ids otherwise)."""
+        check_id(doc_id, "doc_id")
+        meta = self._meta(doc_id)
+        if meta is None:
+            known = ", ".join(d.id for d in self.all()[:20]) or "none"
+            raise NotFound(
+                f"no document {doc_id!r}; known documents: {known}. "
+                "Call doc_list, or doc_ingest it first"
+            )
+        return DocInfo.from_meta(meta)
+
+    def update_meta(self, doc_id: str, **changes: Any) -> DocInfo:
+        """Change fields of meta.json (read, change, atomic write, under the store lock)."""
+        with self._lock:
+            meta = self._meta(doc_id)
+            if meta is None:
+                raise NotFound(f"no document {doc_id!r}; it may have been forgotten")
+            meta.update(changes)
+            write_json_atomic(self.root / doc_id / "meta.json", meta)
+            return DocInfo.from_meta(meta)
+
+    def tables(self, doc: DocInfo) -> Tables:
+        """The memory-mapped tables of ``doc`` (opened once per ingest of it)."""
+        with self._lock:
+            cached = self._tables.get(doc.id)
+            if cached is not None and cached[0] == doc.created_at:
+                return cached[1]
+            try:
+                tables = Tables(self.root / doc.id)
+            except (OSError, ValueError, KeyError) as exc:
+                raise StorageError(
+                    f"document {doc.id!r} has a damaged index ({exc}); doc_ingest it again"
+                ) from exc
+            self._tables[doc.id] = (doc.created_at, tables)
+            return tables
+
+    def _drop(self, doc_id: str) -> None:
+        cached = self._tables.pop(doc_id, None)
+        if cached is not None:
+            cached[1].index.close()
+
+    def ingest(
+        self,
+        text: str | None = None,
+        file_path: str | None = None,
+        title: str | None = None,
+        doc_id: str | None = None,
+        progress: Progress = no_progress,
+    ) -> Ingested:
+        """Ingest inline text or a file under an ingest root; the same doc_id replaces."""
+        started = time.perf_counter()
+        if (text is None) == (file_path is None):
+            raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
+        if doc_id is not None:
+            check_id(doc_id, "doc_id")
+        if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
+            raise InvalidInput(f"title must be up to {MAX_TITLE_CHARS} printable characters")
+        progress(0.0, "reading")
+        if file_path is not None:
+            found = read_file(file_path, self.ingest_roots, self.max_chars * 4)
+            data, source, default_title = found.data, str(found.path), found.path.name
+            del found  # the bytes must have one owner, so build can free them early
+        else:
+            assert text is not None
+            if len(text) > self.max_chars:
+                raise InvalidInput(
+                    f"text is {len(text):,} characters; the limit is {self.max_chars:,}"
+                )
+            data, source = encode_text(text), "inline text"
+            default_title = _first_line(text)
+        digest = sha256_of(data)
+        same = next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
+        if same is not None and doc_id is None:
+            took = time.perf_counter() - started
+            return Ingested(same, same.id, reused=True, replaced=False, seconds=took)
+        final_id = doc_id or new_id("d")
+        spec = BuildSpec(
+            final_id,
+            title or default_title or final_id,
+            source,
+            digest,
+            self.chunk_tokens,
+            self.chunk_overlap,
+            self.counter.ratio,
+            self.max_chars,
+        )
+        work = self.root / f".tmp-{final_id}-{secrets.token_hex(4)}"
+        holder = [data]
+        del data
+        try:
+            build(work, spec, holder, progress)
+            replaced = self._commit(work, final_id)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        doc = self.get(final_id)
+        dup = same.id if same is not None else None
+        return Ingested(doc, dup, False, replaced, time.perf_counter() - started)
+
+    def _commit(self, work: Path, doc_id: str) -> bool:
+        """Rename a finished build into place, replacing any earlier version."""
+        final = self.root / doc_id
+        with self._lock:
+            self._drop(doc_id)
+            trash = None
+            if final.exists():
+                trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
+                final.rename(trash)
+            try:
+                work.rename(final)
+            except OSError as exc:
+                if trash is not None:
+                    trash.rename(final)
+                raise StorageError(f"cannot move the new document into place: {exc}") from exc
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+        return trash is not None
+
+    def forget(self, doc_id: str) -> DocInfo:
+        """Delete a document and everything derived from it."""
+        doc = self.get(doc_id)
+        with self._lock:
+            self._drop(doc_id)
+            trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
+            try:
+                (self.root / doc_id).rename(trash)
+            except OSError as exc:
+                raise StorageError(f"cannot remove document {doc_id!r}: {exc}") from exc
+        shutil.rmtree(trash, ignore_errors=True)
+        return doc
+
+    def scale(self, doc: DocInfo) -> float:
+        """Factor from stored token estimates to the current ratio (never below 1)."""
+        return max(1.0, self.counter.ratio / doc.ratio) if doc.ratio > 0 else 1.0
+
+    def read_chunks(self, doc: DocInfo, first: int, last: int) -> list[Chunk]:
+        """Chunks ``first..last`` of ``doc`` (inclusive)."""
+        return self.tables(doc).read(first, last)
+
+    def search(self, query: str, doc_id: str | None = None, limit: int = 10) -> list[Hit]:
+        """The best chunks for ``query``: one document's, or every document's, best first."""
+        terms = self._analyzer.terms(query or "")
+        if not terms:
+            raise InvalidInput(
+                f"query {query!r:.60} has no searchable words (2+ letters or digits, "
+                "not only stop words)"
+            )
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+        docs = [self.get(doc_id)] if doc_id is not None else self.all()
+        tables = [self.tables(d) for d in docs]
+        scores = score_all([t.index for t in tables], terms)
+        found: list[tuple[float, int, int]] = []
+        for k, (arr, matched) in enumerate(scores):
+            candidates = np.flatnonzero(matched)
+            if len(candidates) > limit:
+                top = np.argpartition(-arr[candidates], limit - 1)[:limit]
+                candidates = candidates[top]
+            found.extend((float(arr[i]), k, int(i)) for i in candidates)
+        found.sort(key=lambda x: (-x[0], x[1], x[2]))
+        hits = []
+        for score, k, i in found[:limit]:
+            chunk = tables[k].read(i, i)[0]
+            hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
+        return hits
+
+    def window(
+        self,
+        doc_id: str,
+        first: int | None = None,
+        last: int | None = None,
+        budget: int = 4000,
+        reset: bool = False,
+    ) -> Window:
+        """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor."""
+        doc = self.get(doc_id)
+        n = doc.chunks
+        if first is not None and not 0 <= first < n:
+            raise InvalidInput(
+                f"from={first} is out of range: document {doc.id!r} has {n} chunks (0-{n - 1})"
+            )
+        if last is not None and first is not None and last < first:
+            raise InvalidInput(f"to ({last}) is before from ({first}); give to >= from")
+        if budget < 1:
+            raise InvalidInput(f"budget_tokens must be positive, not {budget}")
+        start = first if first is not None else (0 if reset else doc.cursor)
+        if last is not None and last < start:
+            raise InvalidInput(
+                f"to ({last}) is before the cursor ({start}); pass from, or reset=true"
+            )
+        if start >= n:
+            return Window(doc, (), False, doc.cursor, True, 0)
+        stop = n - 1 if last is None else min(last, n - 1)
+        tables = self.tables(doc)
+        costs = tables.tokens()[start : stop + 1] * self.scale(doc)
+        fits = int(np.searchsorted(np.cumsum(costs), budget, side="right"))
+        end = start + max(1, fits) - 1
+        chunks = tables.read(start, end)
+        truncated = False
+        if len(chunks) == 1 and self.counter.count(chunks[0].text) > budget:
+            one = chunks[0]
+            cut = self.counter.truncate(one.text, budget)
+            chunks = [
+                Chunk(one.index, cut, self.counter.count(cut), one.start, one.end, one.heading)
+            ]
+            truncated = True
+        doc = self.update_meta(doc.id, cursor=end + 1)
+        used = sum(self.counter.count(c.text) for c in chunks)
+        return Window(doc, tuple(chunks), truncated, end + 1, end + 1 >= n, used)
+
+    def outline(self, doc: DocInfo) -> list[tuple[int, str, int]]:
+        """(index, heading trail, tokens) of every chunk, from the chunk table alone."""
+        tables = self.tables(doc)
+        scale = self.scale(doc)
+        tokens = tables.tokens()
+        return [
+            (i, tables.heading(i), math.ceil(int(tokens[i]) * scale)) for i in range(doc.chunks)
+        ]
+
+    def analyzer_terms(self, text: str) -> list[str]:
+        """Index terms of ``text`` as queries see them."""
+        return self._analyzer.terms(text)
+
+    def chunk_summaries(self, doc: DocInfo) -> dict[int, dict[str, Any]]:
+        """Cached one-line chunk summaries of ``doc`` by chunk index."""
+        journal = Journal(self.root / doc.id / "summaries.jsonl")
+        if not journal.path.exists():
+            return {}
+        with journal.locked():
+            records = journal.read_new()
+        return {int(r["index"]): r for r in records if isinstance(r.get("index"), int)}
+
+    def save_chunk_summaries(self, doc: DocInfo, records: list[dict[str, Any]]) -> None:
+        """Append one-line chunk summaries to the cache."""
+        if not records or not (self.root / doc.id).is_dir():
+            return
+        journal = Journal(self.root / doc.id / "summaries.jsonl")
+        with journal.locked():
+            journal.read_new()
+            journal.write(records)
+
+
+def _first_line(text: str) -> str:
+    """A title from the first non-blank line, shortened."""
+    for line in text[:4000].splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line[:80]
+    return ""
+
+
+Report = Callable[[float, float, str], Awaitable[None]]
+
+
+async def ingest_in_thread(
+    store: DocumentStore,
+    report: Report | None,
+    *,
+    text: str | None = None,
+    file_path: str | None = None,
+    title: str | None = None,
+    doc_id: str | None = None,
+) -> Ingested:
+    """Run :meth:`DocumentStore.ingest` in a worker thread, reporting progress from here.
+
+    The worker only records its latest (fraction, message); this side polls it a few
+    times a second and forwards changes to ``report`` (progress out of 100), so the
+    heavy work never waits on the client.
+    """
+    latest: list[tuple[float, str]] = [(0.0, "starting")]
+
+    def note(fraction: float, message: str) -> None:
+        latest[0] = (fraction, message)
+
+    async def forward() -> None:
+        sent: tuple[float, str] | None = None
+        while True:
+            current = latest[0]
+            if report is not None and current != sent:
+                await report(round(current[0] * 100, 1), 100.0, current[1])
+                sent = current
+            await anyio.sleep(PROGRESS_SECONDS)
+
+    def work() -> Ingested:
+        return store.ingest(text, file_path, title, doc_id, note)
+
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(forward)
+        try:
+            done = await anyio.to_thread.run_sync(work)
+        except Exception as exc:  # raised below, outside the task group's exception group
+            failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if report is not None:
+        await report(100.0, 100.0, f"done: {done.doc.chunks} chunks")
+    return done

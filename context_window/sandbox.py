@@ -1,0 +1,164 @@
+"""Reading files for doc_ingest: only regular files inside the configured ingest roots.
+
+A path is allowed when its real path (every symlink resolved) lies inside the real
+path of a root, compared by whole path segments (``/data/root2`` is not inside
+``/data/root``). The file is stat-ed before it is opened (directories, devices,
+FIFOs and sockets are refused without opening them), opened with ``O_NOFOLLOW``
+and ``O_NONBLOCK``, and the opened descriptor is checked again: it must be the
+same regular file (device and inode) that was checked, and, where the platform
+can say, its path must still be inside a root. A file swapped for a symlink or a
+FIFO between the check and the read is therefore refused, not followed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from context_window.errors import AccessDenied, InvalidInput, NotFound
+
+NO_ROOTS = (
+    "doc_ingest can read files only under --ingest-root; none is configured: pass text instead"
+)
+_READ_BLOCK = 1 << 22
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """The bytes of a file read from an ingest root, and its resolved path."""
+
+    path: Path
+    data: bytes
+
+
+def _inside(path: Path, roots: Sequence[Path]) -> bool:
+    """Whether ``path`` equals or lies under one of ``roots`` (both already resolved)."""
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _kind(mode: int) -> str:
+    """A name for a file type that is not a regular file."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
+    """The real path of ``file_path`` if it lies inside an ingest root, else AccessDenied."""
+    if not roots:
+        raise AccessDenied(NO_ROOTS)
+    if not isinstance(file_path, str) or not file_path.strip():
+        raise InvalidInput("file_path must be a non-empty path")
+    if "\x00" in file_path:
+        raise AccessDenied("file_path contains a NUL byte; refusing it")
+    real_roots = [root.resolve() for root in roots]
+    given = Path(file_path)
+    candidate = given if given.is_absolute() else roots[0] / given
+    try:
+        real = candidate.resolve(strict=True)
+    except FileNotFoundError:
+        raise NotFound(f"no file {file_path!r} (relative paths are read from {roots[0]})") from None
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long …
+        raise AccessDenied(f"cannot resolve {file_path!r}: {exc}") from None
+    if not _inside(real, real_roots):
+        shown = ", ".join(str(r) for r in real_roots)
+        raise AccessDenied(
+            f"{file_path!r} resolves to {real}, which is outside the ingest roots ({shown}); "
+            "only files under an ingest root can be read"
+        )
+    return real
+
+
+def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFile:
+    """Read a regular file inside an ingest root, refusing anything else with AccessDenied."""
+    real = resolve_in_roots(file_path, roots)
+    try:
+        before = real.lstat()
+    except OSError as exc:
+        raise AccessDenied(f"cannot stat {real}: {exc.strerror}") from None
+    if not stat.S_ISREG(before.st_mode):
+        raise AccessDenied(f"{real} is {_kind(before.st_mode)}; only regular files can be read")
+    if before.st_size > max_bytes:
+        raise InvalidInput(_too_big(real, before.st_size, max_bytes))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError as exc:
+        raise AccessDenied(f"cannot open {real}: {exc.strerror}") from None
+    try:
+        after = os.fstat(fd)
+        same = (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+        if not stat.S_ISREG(after.st_mode) or not same:
+            raise AccessDenied(f"{real} changed while it was being opened; refusing it")
+        _check_descriptor_path(fd, real, roots)
+        data = _read_all(fd, after.st_size, max_bytes)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise InvalidInput(_too_big(real, len(data), max_bytes))
+    return SourceFile(real, data)
+
+
+def _check_descriptor_path(fd: int, real: Path, roots: Sequence[Path]) -> None:
+    """On Linux, confirm the open descriptor's own path is still inside a root."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        opened = Path(f"/proc/self/fd/{fd}").readlink()
+    except OSError:
+        return
+    if not _inside(opened, [root.resolve() for root in roots]):
+        raise AccessDenied(f"{real} changed while it was being opened; refusing it")
+
+
+def _read_all(fd: int, size: int, max_bytes: int) -> bytes:
+    """The file's bytes, up to ``max_bytes + 1`` (one more than allowed reveals growth).
+
+    The expected size is read in one call, so a large file is one allocation
+    rather than many blocks joined (which would briefly need twice the memory).
+    """
+    data = os.read(fd, min(size, max_bytes) + 1)
+    if len(data) <= size:
+        return data
+    parts = [data]  # the file grew while we read it
+    left = max_bytes + 1 - len(data)
+    while left > 0:
+        block = os.read(fd, min(left, _READ_BLOCK))
+        if not block:
+            break
+        parts.append(block)
+        left -= len(block)
+    return b"".join(parts)
+
+
+def _too_big(path: Path, size: int, max_bytes: int) -> str:
+    """The message for a file over the size limit."""
+    return (
+        f"{path} is {size:,} bytes; the limit is {max_bytes:,}. "
+        "Split the file, or ingest the part you need"
+    )
+
+
+def decode_utf8(data: bytes, what: str) -> str:
+    """``data`` as text, or InvalidInput naming the byte offset of the first bad sequence."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 4].hex(" ")
+        raise InvalidInput(
+            f"{what} is not valid UTF-8: byte offset {exc.start} ({bad}); "
+            "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+        ) from None

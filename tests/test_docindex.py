@@ -1,0 +1,112 @@
+"""The persisted document index: exact term counts, BM25 parity with rank_bm25, mmap reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rank_bm25 import BM25Okapi
+
+from context_window.docindex import DocIndex, IndexBuilder, score_all
+from context_window.termcount import TermCounter
+from context_window.textindex import Analyzer
+
+LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+if not LOGHUB.is_dir():
+    LOGHUB = Path("/work/shared/data/loghub")
+
+TEXTS = [
+    "getUserName returns the user's name; snake_case_names split too.",
+    "PacketResponder 1 for block blk_38865049064139660 terminating",
+    "Ünïcode naïve Straße ÉcoleNormale café 東京 mixed with ASCII words",
+    "x" * 100 + " " + "Ab" * 40 + " $dollar_var and a_b_c and $ alone",
+    "The the THE tHe is a stop word heavy sentence, but Error ERROR error count.",
+    "",
+    "!!! ??? ...",
+    "jk2_init() Found child 6725 in scoreboard slot 10 workerEnv.init() ok",
+]
+
+
+def build(tmp_path: Path, texts: list[str], batch: int = 3) -> tuple[DocIndex, Analyzer]:
+    counter = TermCounter()
+    builder = IndexBuilder()
+    for i in range(0, len(texts), batch):
+        builder.add(counter.count(texts[i : i + batch]))
+    builder.write(tmp_path / "index", counter.vocab)
+    return DocIndex(tmp_path / "index"), counter.analyzer
+
+
+def test_term_counts_equal_the_analyzer_on_every_text() -> None:
+    counter = TermCounter()
+    triples = counter.count(TEXTS)
+    names = {v: k for k, v in counter.vocab.items()}
+    analyzer = Analyzer()
+    for row, text in enumerate(TEXTS):
+        mask = triples.chunk == row
+        pairs = zip(triples.term[mask], triples.tf[mask], strict=True)
+        got = {names[int(t)]: int(n) for t, n in pairs}
+        assert got == analyzer.counts(text), text
+        assert triples.lengths[row] == sum(analyzer.counts(text).values())
+
+
+@pytest.mark.parametrize("system", ["HDFS", "Apache", "Linux"])
+def test_term_counts_equal_the_analyzer_on_real_logs(system: str) -> None:
+    lines = (LOGHUB / system / f"{system}_2k.log").read_text().splitlines()
+    texts = ["\n".join(lines[i : i + 40]) for i in range(0, len(lines), 40)]
+    counter = TermCounter()
+    triples = counter.count(texts)
+    names = {v: k for k, v in counter.vocab.items()}
+    analyzer = Analyzer()
+    for row, text in enumerate(texts):
+        mask = triples.chunk == row
+        pairs = zip(triples.term[mask], triples.tf[mask], strict=True)
+        got = {names[int(t)]: int(n) for t, n in pairs}
+        assert got == analyzer.counts(text)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["user name", "error", "block terminating blk_38865049064139660", "café naïve", "the"],
+)
+def test_scores_equal_rank_bm25(tmp_path: Path, query: str) -> None:
+    corpus = [t for t in TEXTS if t] + [
+        "error in module one",
+        "another error here",
+        "user session opened for user root",
+        "nothing relevant at all in this one",
+    ]
+    index, analyzer = build(tmp_path, corpus)
+    reference = BM25Okapi([analyzer.terms(t) for t in corpus], k1=1.2, b=0.75)
+    terms = analyzer.terms(query)
+    np.testing.assert_allclose(index.scores(terms), reference.get_scores(terms), rtol=1e-12)
+
+
+def test_many_documents_use_summed_statistics(tmp_path: Path) -> None:
+    """Searching two documents scores like one index of all their chunks (epsilon aside)."""
+    a = ["alpha beta gamma", "beta delta", "gamma epsilon zeta"]
+    b = ["alpha alpha omega", "omega psi", "beta psi chi", "chi phi"]
+    ia, analyzer = build(tmp_path / "a", a)
+    ib, _ = build(tmp_path / "b", b)
+    both, _ = build(tmp_path / "ab", a + b)
+    terms = analyzer.terms("alpha omega chi")  # all rare: no epsilon floor involved
+    split = np.concatenate([s for s, _ in score_all([ia, ib], terms)])
+    np.testing.assert_allclose(split, both.scores(terms), rtol=1e-12)
+
+
+def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None:
+    index, _ = build(tmp_path, TEXTS)
+    again = DocIndex(tmp_path / "index")
+    assert isinstance(again._chunks, np.memmap)
+    assert again.find("name") >= 0 and again.find("getusername") >= 0
+    assert again.find("nosuchterm") == -1
+    assert again.doc_freq("error") == 1
+    terms = (tmp_path / "index" / "terms.bin").read_bytes()
+    assert b"stra\xc3\x9fe" in terms  # UTF-8, sorted by bytes
+    np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
+
+
+def test_empty_vocabulary(tmp_path: Path) -> None:
+    index, _ = build(tmp_path, ["!!!", "..."])
+    assert index.n_terms == 0 and index.find("x") == -1
+    assert list(index.scores(["anything"])) == [0.0, 0.0]

@@ -1,0 +1,151 @@
+"""The document store on a real data dir: layout, replace, duplicates, forget, windows, crashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from context_window import docingest
+from context_window.chunking import chunk_text
+from context_window.documents import DocumentStore
+from context_window.errors import InvalidInput, NotFound
+from context_window.tokens import TokenCounter
+
+DOCS = Path(__file__).parent / "data" / "docs"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DocumentStore:
+    return DocumentStore(
+        tmp_path / "data", TokenCounter(0.27), ingest_roots=[DOCS], chunk_tokens=200
+    )
+
+
+def test_layout_on_disk(store: DocumentStore) -> None:
+    done = store.ingest(file_path="guide.md", doc_id="guide")
+    folder = store.root / "guide"
+    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert {"source.txt", "chunks.jsonl", "meta.json", "index/stats.json"} <= names
+    meta = json.loads((folder / "meta.json").read_text())
+    for key in ("id", "title", "source", "sha256", "chars", "chunks", "tokens", "cursor"):
+        assert key in meta
+    assert meta["title"] == "guide.md" and meta["cursor"] == 0
+    source = (folder / "source.txt").read_text(encoding="utf-8")
+    assert source == (DOCS / "guide.md").read_text(encoding="utf-8")
+    records = [json.loads(line) for line in (folder / "chunks.jsonl").read_text().splitlines()]
+    assert len(records) == done.doc.chunks
+    for rec in records:
+        assert set(rec) == {"index", "text", "tokens", "start", "end", "heading"}
+        assert rec["text"] == source[rec["start"] : rec["end"]]
+    assert records[0]["heading"].startswith("Build guide")
+
+
+def test_reingest_replaces_and_duplicates_are_reported(store: DocumentStore) -> None:
+    first = store.ingest(text="alpha beta gamma " * 50, doc_id="doc")
+    again = store.ingest(text="delta epsilon " * 50, doc_id="doc")
+    assert again.replaced and not first.replaced
+    assert [d.id for d in store.all()] == ["doc"]
+    assert store.search("delta", "doc") and not store.search("alpha", "doc")
+    dup = store.ingest(text="delta epsilon " * 50)
+    assert dup.reused and dup.duplicate_of == "doc" and len(store.all()) == 1
+    named = store.ingest(text="delta epsilon " * 50, doc_id="copy")
+    assert named.duplicate_of == "doc" and not named.reused and len(store.all()) == 2
+    leftovers = [p.name for p in store.root.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_forget_leaves_no_files(store: DocumentStore) -> None:
+    store.ingest(file_path="build.log", doc_id="log")
+    store.window("log")
+    store.forget("log")
+    assert list(store.root.iterdir()) == []
+    with pytest.raises(NotFound, match="doc_list"):
+        store.get("log")
+
+
+def test_a_build_without_meta_is_never_listed(store: DocumentStore) -> None:
+    store.ingest(text="complete document text here", doc_id="good")
+    half = store.root / "half"
+    half.mkdir()
+    (half / "source.txt").write_text("crashed before meta.json")
+    (store.root / ".tmp-x-1234").mkdir()
+    assert [d.id for d in store.all()] == ["good"]
+    with pytest.raises(NotFound):
+        store.get("half")
+
+
+def test_failed_build_leaves_nothing(store: DocumentStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: object, **__: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(docingest.IndexBuilder, "write", boom)
+    with pytest.raises(RuntimeError):
+        store.ingest(text="some text to index", doc_id="x")
+    assert not store.root.exists() or list(store.root.iterdir()) == []
+
+
+def test_window_pages_with_a_cursor(store: DocumentStore) -> None:
+    doc = store.ingest(file_path="build.log", doc_id="log").doc
+    assert doc.chunks > 10
+    seen: list[int] = []
+    while True:
+        w = store.window("log", budget=450)
+        if not w.chunks:
+            break
+        assert w.used_tokens <= 450 or len(w.chunks) == 1
+        seen.extend(c.index for c in w.chunks)
+    assert seen == list(range(doc.chunks))
+    end = store.window("log")
+    assert end.at_end and not end.chunks
+    restart = store.window("log", reset=True, budget=100)
+    assert restart.chunks[0].index == 0
+    explicit = store.window("log", 5, 6, budget=10_000)
+    assert [c.index for c in explicit.chunks] == [5, 6] and explicit.cursor == 7
+    with pytest.raises(InvalidInput, match="before from"):
+        store.window("log", 6, 5)
+    with pytest.raises(InvalidInput, match=f"has {doc.chunks} chunks"):
+        store.window("log", doc.chunks)
+
+
+def test_window_truncates_one_oversized_chunk(store: DocumentStore) -> None:
+    store.ingest(file_path="build.log", doc_id="log")
+    w = store.window("log", 0, budget=20)
+    assert len(w.chunks) == 1 and w.truncated and w.used_tokens <= 20
+
+
+def test_large_log_is_chunked_in_segments_like_one_call(
+    store: DocumentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (DOCS / "build.log").read_text(encoding="utf-8")
+    monkeypatch.setattr(docingest, "SEGMENT_CHARS", 10_000)
+    doc = store.ingest(text=text, doc_id="seg").doc
+    whole = chunk_text(text, 200, 80, 0.27)
+    got = store.read_chunks(doc, 0, doc.chunks - 1)
+    for c in got:
+        assert c.text == text[c.start : c.end]
+    covered = np.zeros(len(text), dtype=bool)
+    for c in got:
+        covered[c.start : c.end] = True
+    assert all(covered[c.start : c.end].all() for c in whole)  # nothing lost
+    assert abs(len(got) - len(whole)) <= len(text) // 10_000
+    assert [c.index for c in got] == list(range(doc.chunks))
+
+
+def test_search_reads_only_the_hits(store: DocumentStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.ingest(file_path="build.log", doc_id="log")
+    fresh = DocumentStore(store.root.parent, TokenCounter(0.27))  # as after a restart
+    reads: list[int] = []
+    real_read = Path.open
+
+    def counting_open(self: Path, *args: object, **kwargs: object) -> object:
+        if self.name == "chunks.jsonl":
+            reads.append(1)
+        return real_read(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    hits = fresh.search("maxConnections socket_pool", "log", limit=3)
+    assert "maxConnections" in hits[0].chunk.text
+    assert len(reads) == len(hits)  # one seek-and-read per hit, never the whole file

@@ -1,0 +1,211 @@
+"""doc_ingest's file sandbox: every refusal, through a real MCP client, and nothing written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from context_window.config import load_settings
+from context_window.errors import AccessDenied
+from context_window.sandbox import read_file
+from context_window.server import build_server
+from context_window.service import Service
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    (r / "sub").mkdir(parents=True)
+    (r / "ok.txt").write_text("fine text inside the root\n")
+    (r / "sub" / "deep.txt").write_text("deeper text\n")
+    return r
+
+
+@asynccontextmanager
+async def serve(tmp_path: Path, roots: list[Path]) -> AsyncIterator[Client]:
+    settings = load_settings(
+        {"data_dir": tmp_path / "data", "llm_enabled": False, "ingest_roots": roots}, environ={}
+    )
+    async with Client(build_server(Service(settings))) as c:
+        yield c
+
+
+async def refused(c: Client, **args: Any) -> str:
+    res = await c.call_tool("doc_ingest", args)
+    assert res.is_error, res.content
+    text = res.content[0].text  # type: ignore[union-attr]
+    assert isinstance(text, str)
+    return text
+
+
+def nothing_written(tmp_path: Path) -> None:
+    docs = tmp_path / "data" / "documents"
+    assert not docs.exists() or list(docs.iterdir()) == []
+
+
+@pytest.mark.anyio
+async def test_a_file_inside_the_root_is_read(tmp_path: Path, root: Path) -> None:
+    async with serve(tmp_path, [root]) as c:
+        for path in ("ok.txt", "sub/deep.txt", str(root / "ok.txt"), "sub/../ok.txt"):
+            res = await c.call_tool("doc_ingest", {"file_path": path})
+            assert not res.is_error, res.content
+
+
+@pytest.mark.anyio
+async def test_traversal_is_refused(tmp_path: Path, root: Path) -> None:
+    (tmp_path / "secret.txt").write_text("secret")
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="../secret.txt")
+    assert "outside the ingest roots" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_symlinked_file_escaping_the_root_is_refused(tmp_path: Path, root: Path) -> None:
+    (tmp_path / "secret.txt").write_text("secret")
+    (root / "link.txt").symlink_to(tmp_path / "secret.txt")
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="link.txt")
+    assert "outside the ingest roots" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_symlinked_directory_escaping_the_root_is_refused(tmp_path: Path, root: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "data.txt").write_text("outside data")
+    (root / "linkdir").symlink_to(outside, target_is_directory=True)
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="linkdir/data.txt")
+    assert "outside the ingest roots" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_sibling_with_the_same_prefix_is_refused(tmp_path: Path, root: Path) -> None:
+    sibling = tmp_path / "root2"
+    sibling.mkdir()
+    (sibling / "x.txt").write_text("sibling")
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path=str(sibling / "x.txt"))
+        msg2 = await refused(c, file_path="../root2/x.txt")
+    assert "outside the ingest roots" in msg and "outside the ingest roots" in msg2
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_absolute_path_outside_is_refused(tmp_path: Path, root: Path) -> None:
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="/etc/hostname")
+    assert "outside the ingest roots" in msg or "no file" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_nul_byte_is_refused(tmp_path: Path, root: Path) -> None:
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="ok.txt\x00.png")
+    assert "NUL" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_directory_is_refused(tmp_path: Path, root: Path) -> None:
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="sub")
+    assert "directory" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_fifo_is_refused_without_blocking(tmp_path: Path, root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="pipe")
+    assert "FIFO" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_device_is_refused(tmp_path: Path) -> None:
+    async with serve(tmp_path, [Path("/dev")]) as c:
+        msg = await refused(c, file_path="/dev/null")
+    assert "device" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_invalid_utf8_names_the_byte_offset(tmp_path: Path, root: Path) -> None:
+    (root / "latin1.txt").write_bytes(b"caf\xe9 au lait")
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="latin1.txt")
+    assert "not valid UTF-8" in msg and "byte offset 3" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_over_the_size_limit_is_refused_before_reading(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "big.txt").write_text("word " * 200)
+    settings = load_settings(
+        {"data_dir": tmp_path / "data", "llm_enabled": False, "ingest_roots": [root]}, environ={}
+    )
+    service = Service(settings)
+    service.documents.max_chars = 100
+    async with Client(build_server(service)) as c:
+        msg = await refused(c, file_path="big.txt")
+        msg2 = await refused(c, text="x" * 101)
+    assert "the limit is" in msg and "the limit is" in msg2
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_no_roots_configured(tmp_path: Path) -> None:
+    async with serve(tmp_path, []) as c:
+        msg = await refused(c, file_path="anything.txt")
+        ok = await c.call_tool("doc_ingest", {"text": "inline text still works"})
+    assert "none is configured: pass text instead" in msg
+    assert not ok.is_error
+
+
+@pytest.mark.anyio
+async def test_exactly_one_source(tmp_path: Path, root: Path) -> None:
+    async with serve(tmp_path, [root]) as c:
+        both = await refused(c, text="hello there", file_path="ok.txt")
+        neither = await refused(c, title="nothing")
+    assert "exactly one source" in both and "exactly one source" in neither
+    nothing_written(tmp_path)
+
+
+def test_file_swapped_for_a_symlink_after_the_check_is_refused(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between resolving and opening, the file becomes a symlink: O_NOFOLLOW refuses it."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    target = root / "ok.txt"
+    real_lstat = Path.lstat
+
+    def lstat_then_swap(self: Path) -> os.stat_result:
+        result = real_lstat(self)
+        if self == target.resolve():
+            target.unlink()
+            target.symlink_to(secret)
+        return result
+
+    monkeypatch.setattr(Path, "lstat", lstat_then_swap)
+    with pytest.raises(AccessDenied):
+        read_file("ok.txt", [root], 1000)
