@@ -103,9 +103,14 @@ def build(
     del data
     progress(0.05, "chunking")
     chars = len(text)
-    holder_text = [text]
-    del text
-    totals = _write_chunks(directory, _chunk_batches(holder_text, spec, progress), progress)
+    batches: Iterator[list[Chunk]]
+    if chars > SEGMENT_CHARS and not _STRUCTURE.search(text):
+        del text  # segments are read back from source.txt: no full copy while indexing
+        batches = _segments(directory / "source.txt", chars, spec, progress)
+    else:
+        batches = iter([chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)])
+        del text
+    totals = _write_chunks(directory, batches, progress)
     meta: dict[str, Any] = {
         "id": spec.doc_id,
         "title": spec.title,
@@ -127,38 +132,44 @@ def build(
     return meta
 
 
-def _chunk_batches(holder: list[str], spec: BuildSpec, progress: Progress) -> Iterator[list[Chunk]]:
-    """Chunk the text, in segments when it is large and has no headings or fences.
+def _segments(
+    source: Path, chars: int, spec: BuildSpec, progress: Progress
+) -> Iterator[list[Chunk]]:
+    """Chunk a large text without headings or fences ``SEGMENT_CHARS`` at a time.
 
-    A long log is chunked ``SEGMENT_CHARS`` at a time, so only one segment's chunks
-    exist at once. Each segment but the last gives up its final chunk, and the next
-    segment starts where that chunk started, so the chunks come out as they would
-    from one call (overlap included). Text with headings or code fences is chunked
-    whole, since a segment would lose the heading trail or split a fence.
+    Segments are read back from ``source.txt``, so only one segment's text and
+    chunks exist at once. Each segment but the last gives up its final chunk, and
+    the next segment starts where that chunk started, so the chunks come out as
+    from one call (overlap included). Cuts fall after a newline byte, which in
+    UTF-8 is always a character boundary.
     """
-    text = holder.pop()
-    n = len(text)
-    if n <= SEGMENT_CHARS or _STRUCTURE.search(text):
-        chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
-        del text
-        yield chunks
-        return
-    base, index = 0, 0
-    while base < n:
-        cut = n if base + SEGMENT_CHARS >= n else text.rfind("\n", base, base + SEGMENT_CHARS) + 1
-        if cut <= base:
-            cut = min(n, base + SEGMENT_CHARS)  # one enormous line: cut it anyway
-        part = chunk_text(text[base:cut], spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
-        if cut < n and len(part) > 1:
-            last = part.pop()
-            cut = base + last.start
-        yield [
-            Chunk(index + k, c.text, c.tokens, c.start + base, c.end + base, c.heading)
-            for k, c in enumerate(part)
-        ]
-        index += len(part)
-        base = cut
-        progress(0.05 + 0.85 * base / n, f"chunked and indexed {base:,} of {n:,} characters")
+    index = base = 0
+    with source.open("rb") as f:
+        size = f.seek(0, 2)
+        pos = 0
+        while pos < size:
+            f.seek(pos)
+            block = f.read(SEGMENT_CHARS)
+            end = pos + len(block)
+            newline = block.rfind(b"\n") if end < size else -1
+            if newline >= 0:
+                block = block[: newline + 1]
+                end = pos + newline + 1
+            text = block.decode("utf-8")
+            del block
+            part = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
+            used = len(text)
+            if end < size and len(part) > 1:
+                used = part.pop().start
+                end = pos + len(text[:used].encode("utf-8"))
+            yield [
+                Chunk(index + k, c.text, c.tokens, c.start + base, c.end + base, c.heading)
+                for k, c in enumerate(part)
+            ]
+            index += len(part)
+            base += used
+            pos = end
+            progress(0.05 + 0.85 * base / chars, f"indexed {base:,} of {chars:,} characters")
 
 
 def _write_chunks(

@@ -149,3 +149,15 @@ def test_search_reads_only_the_hits(store: DocumentStore, monkeypatch: pytest.Mo
     hits = fresh.search("maxConnections socket_pool", "log", limit=3)
     assert "maxConnections" in hits[0].chunk.text
     assert len(reads) == len(hits)  # one seek-and-read per hit, never the whole file
+
+
+def test_segments_keep_character_offsets_with_multibyte_text(
+    store: DocumentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "".join(f"{i:05d} café 東京 naïve straße ok\n" for i in range(3000))
+    monkeypatch.setattr(docingest, "SEGMENT_CHARS", 7_000)
+    doc = store.ingest(text=text, doc_id="utf").doc
+    got = store.read_chunks(doc, 0, doc.chunks - 1)
+    assert all(c.text == text[c.start : c.end] for c in got)
+    assert got[-1].end == len(text.rstrip())
+    assert store.search("02999 東京", "utf")[0].chunk.index == doc.chunks - 1
