@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="serve",
-        choices=["serve", "calibrate"],
-        help="serve (default) or calibrate: measure the loaded model's tokens/char",
+        choices=["serve", "calibrate", "doctor"],
+        help="serve (default); calibrate: measure the loaded model's tokens/char; "
+        "doctor: audit the data dir read-only (exit 1 if problems are found)",
     )
     p.add_argument("--version", action="version", version=f"context-window {__version__}")
     p.add_argument("--data-dir", metavar="DIR", help="where all state lives [CTX_DATA_DIR]")
@@ -189,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         settings = load_settings(_flags(ns))
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if ns.command != "doctor":  # the doctor only reads; it must not create the dir
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
     except ConfigError as exc:
         sys.stderr.write(f"context-window: error: {exc}\n")
         return 2
@@ -198,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"context-window: error: cannot create data dir {settings.data_dir}: {exc.strerror}\n"
         )
         return 2
+    if ns.command == "doctor":
+        from context_window.doctor import run
+
+        return run(settings.data_dir, sys.stdout)
     setup_logging()
     if ns.command == "calibrate":
         return anyio.run(_calibrate, settings)

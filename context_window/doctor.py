@@ -1,0 +1,363 @@
+"""Doctor: audit a data dir without changing it, one line per problem found.
+
+``context-window doctor`` replays every session log and checks every document
+the way the server would read them, but reports instead of skipping:
+unreadable or torn log lines, patches for unknown entries, summaries whose
+``replaces`` name unknown entries, missing or corrupt ``meta.json`` files,
+documents whose meta, chunks and index disagree, and temporary files or
+directories left behind by a crashed writer. It only reads; nothing is locked,
+repaired or deleted, so it is safe to run beside a live server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from context_window.errors import InvalidInput
+from context_window.storage import check_id, read_json
+
+# Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
+_INDEX_ARRAYS: dict[str, int | None] = {
+    "lines.npy": 1,
+    "chunks.npy": 0,
+    "heading_ids.npy": 0,
+    "doc_len.npy": 0,
+    "term_offsets.npy": None,
+    "post_offsets.npy": None,
+    "post_chunks.npy": None,
+    "post_tfs.npy": None,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the server would skip, ignore or trip over; ``where`` is relative to the dir."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class Report:
+    """What an audit found: counts of what is healthy and the problems."""
+
+    data_dir: Path
+    sessions: int = 0
+    entries: int = 0
+    documents: int = 0
+    chunks: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def add(self, where: Path | str, message: str) -> None:
+        """Record one problem at ``where`` (a path under the data dir, or a label)."""
+        if isinstance(where, Path):
+            try:
+                where = str(where.relative_to(self.data_dir))
+            except ValueError:
+                where = str(where)
+        self.problems.append(Problem(where, message))
+
+    def render(self) -> str:
+        """One line per problem, then a summary line."""
+        lines = [f"problem: {p}" for p in self.problems]
+        verdict = "OK" if self.ok else f"{len(self.problems)} problem(s) found"
+        lines.append(
+            f"{verdict} in {self.data_dir}: {self.sessions} sessions ({self.entries} entries), "
+            f"{self.documents} documents ({self.chunks} chunks)"
+        )
+        return "\n".join(lines)
+
+
+def audit(data_dir: Path) -> Report:
+    """Audit ``data_dir`` read-only and return what was found."""
+    report = Report(data_dir)
+    if not data_dir.is_dir():
+        report.add(str(data_dir), "data dir does not exist or is not a directory")
+        return report
+    _audit_calibration(report, data_dir / "calibration.json")
+    _leftover_temps(report, data_dir)
+    sessions = data_dir / "sessions"
+    if sessions.is_dir():
+        _leftover_temps(report, sessions)
+        for child in _children(sessions):
+            _audit_session(report, child)
+    documents = data_dir / "documents"
+    if documents.is_dir():
+        _leftover_temps(report, documents)
+        for child in _children(documents):
+            _audit_document(report, child)
+    return report
+
+
+def run(data_dir: Path, out: TextIO) -> int:
+    """Audit, write the report to ``out``; 0 when clean, 1 when problems were found."""
+    report = audit(data_dir)
+    out.write(report.render() + "\n")
+    return 0 if report.ok else 1
+
+
+def _children(directory: Path) -> Iterator[Path]:
+    """Visible entries of a directory, sorted (hidden ones are temps, handled apart)."""
+    return iter(sorted(p for p in directory.iterdir() if not p.name.startswith(".")))
+
+
+def _leftover_temps(report: Report, directory: Path) -> None:
+    """Hidden temporary files or directories a crashed writer left behind."""
+    for p in sorted(directory.iterdir()):
+        if p.name.startswith(".trash-"):
+            report.add(p, "leftover directory of a replaced or forgotten document")
+        elif p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.startswith(".tmp")):
+            kind = "directory (an interrupted ingest)" if p.is_dir() else "file"
+            report.add(p, f"leftover temporary {kind}; never read, safe to delete")
+
+
+def _valid_id(name: str) -> bool:
+    try:
+        check_id(name)
+    except InvalidInput:
+        return False
+    return True
+
+
+def _audit_calibration(report: Report, path: Path) -> None:
+    if path.exists() and read_json(path) is None:
+        report.add(path, "unreadable JSON; calibration will be measured again")
+
+
+def _audit_meta(report: Report, directory: Path, required: tuple[str, ...]) -> dict[str, Any]:
+    """The directory's meta.json, reporting it missing, unreadable or naming another id."""
+    path = directory / "meta.json"
+    if not path.exists():
+        report.add(path, "missing")
+        return {}
+    meta = read_json(path)
+    if meta is None:
+        report.add(path, "unreadable (not a JSON object)")
+        return {}
+    missing = [k for k in required if k not in meta]
+    if missing:
+        report.add(path, f"missing field(s): {', '.join(missing)}")
+    if "id" in meta and meta["id"] != directory.name:
+        report.add(path, f"id {meta['id']!r} does not match the directory name")
+    return meta
+
+
+def _audit_session(report: Report, directory: Path) -> None:
+    if not directory.is_dir():
+        report.add(directory, "not a session directory (a stray file)")
+        return
+    if not _valid_id(directory.name):
+        report.add(directory, "directory name is not a valid session id; the server ignores it")
+        return
+    report.sessions += 1
+    _leftover_temps(report, directory)
+    _audit_meta(report, directory, ("id", "created_at"))
+    journal = directory / "entries.jsonl"
+    if journal.exists():
+        report.entries += _audit_journal(report, journal)
+
+
+def _audit_journal(report: Report, path: Path) -> int:
+    """Replay a session log in file order as the server does; return the entry count."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        report.add(path, f"unreadable: {exc.strerror}")
+        return 0
+    entries: set[str] = set()
+    seqs: dict[int, str] = {}
+    folded: dict[str, str] = {}
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path.relative_to(report.data_dir)} line {number}"
+        torn = number == len(lines)  # the last piece had no newline after it
+        rec = _parse(line)
+        if rec is None:
+            what = "torn last line (a crashed write)" if torn else "unreadable line"
+            report.add(where, f"{what}, {len(line)} bytes skipped")
+            continue
+        kind = rec.get("kind")
+        if kind == "entry":
+            _check_entry(report, where, rec, entries, seqs, folded)
+        elif kind == "patch":
+            if str(rec.get("id")) not in entries:
+                report.add(where, f"patch for unknown entry {rec.get('id')!r:.80} (orphan)")
+        else:
+            report.add(where, f"unknown record kind {kind!r:.40}; skipped")
+    return len(entries)
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _check_entry(
+    report: Report,
+    where: str,
+    rec: dict[str, Any],
+    entries: set[str],
+    seqs: dict[int, str],
+    folded: dict[str, str],
+) -> None:
+    eid, text = rec.get("id"), rec.get("text")
+    if not isinstance(eid, str) or not isinstance(text, str):
+        report.add(where, "entry without a string id and text; skipped")
+        return
+    if eid in entries:
+        report.add(where, f"duplicate entry id {eid}; the later record is skipped")
+        return
+    entries.add(eid)
+    seq = rec.get("seq")
+    if isinstance(seq, int):
+        if seq in seqs:
+            report.add(where, f"seq {seq} already used by {seqs[seq]}")
+        seqs[seq] = eid
+    replaces = rec.get("replaces")
+    for old in replaces if isinstance(replaces, list) else ():
+        if old not in entries or old == eid:
+            report.add(where, f"summary {eid} replaces unknown entry {old!r:.80}")
+        elif old in folded:
+            report.add(where, f"summary {eid} replaces {old}, already folded by {folded[old]}")
+        else:
+            folded[old] = eid
+
+
+def _audit_document(report: Report, directory: Path) -> None:
+    if not directory.is_dir():
+        report.add(directory, "not a document directory (a stray file)")
+        return
+    if not _valid_id(directory.name):
+        report.add(directory, "directory name is not a valid document id; the server ignores it")
+        return
+    report.documents += 1
+    _leftover_temps(report, directory)
+    meta = _audit_meta(report, directory, ("id", "chunks", "sha256", "chars"))
+    n = meta.get("chunks")
+    if meta and not (isinstance(n, int) and n >= 0):
+        report.add(directory / "meta.json", f"chunk count {n!r:.40} is not a whole number")
+        n = None
+    chars = _audit_source(report, directory, meta)
+    found = _audit_chunks(report, directory / "chunks.jsonl", chars)
+    if found is None:
+        return
+    report.chunks += found
+    if n is not None and found != n:
+        report.add(directory / "chunks.jsonl", f"{found} chunks, but meta.json says {n}")
+    cursor = meta.get("cursor", 0)
+    if meta and not (isinstance(cursor, int) and 0 <= cursor <= found):
+        report.add(directory / "meta.json", f"cursor {cursor!r:.40} outside 0..{found}")
+    _audit_index(report, directory, found)
+
+
+def _audit_source(report: Report, directory: Path, meta: dict[str, Any]) -> int | None:
+    """Check source.txt against meta's sha256 and chars; return its length in characters."""
+    path = directory / "source.txt"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        report.add(path, "missing")
+        return None
+    except OSError as exc:
+        report.add(path, f"unreadable: {exc.strerror}")
+        return None
+    if meta.get("sha256") and hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        report.add(path, "content does not match the sha256 in meta.json")
+    try:
+        chars = len(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        report.add(path, "not valid UTF-8")
+        return None
+    if isinstance(meta.get("chars"), int) and chars != meta["chars"]:
+        report.add(path, f"{chars} characters, but meta.json says {meta['chars']}")
+    return chars
+
+
+def _audit_chunks(report: Report, path: Path, chars: int | None) -> int | None:
+    """Check every line of chunks.jsonl; return how many lines it has."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        report.add(path, "missing")
+        return None
+    except OSError as exc:
+        report.add(path, f"unreadable: {exc.strerror}")
+        return None
+    if raw and not raw.endswith(b"\n"):
+        report.add(path, "last line is torn (no newline)")
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, line in enumerate(lines):
+        rec = _parse(line)
+        where = f"{path.relative_to(report.data_dir)} line {number + 1}"
+        if rec is None:
+            report.add(where, f"unreadable chunk record, {len(line)} bytes")
+            continue
+        if rec.get("index") != number or not isinstance(rec.get("text"), str):
+            report.add(
+                where, f"expected chunk {number} with text, found index {rec.get('index')!r}"
+            )
+            continue
+        start, end = rec.get("start"), rec.get("end")
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
+            report.add(where, f"bad character range {start!r}..{end!r}")
+        elif chars is not None and end > chars:
+            report.add(where, f"range {start}..{end} runs past the source ({chars} characters)")
+    return len(lines)
+
+
+def _audit_index(report: Report, directory: Path, n: int) -> None:
+    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks."""
+    index = directory / "index"
+    if not index.is_dir():
+        report.add(index, "missing")
+        return
+    stats = index / "stats.json"
+    data = read_json(stats)
+    if data is None:
+        report.add(stats, "missing or unreadable")
+    elif data.get("chunks") != n:
+        report.add(stats, f"says {data.get('chunks')!r} chunks, chunks.jsonl has {n}")
+    if read_json(index / "headings.json") is None:
+        report.add(index / "headings.json", "missing or unreadable")
+    for name, extra in _INDEX_ARRAYS.items():
+        path = index / name
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            report.add(path, "missing")
+            continue
+        except (OSError, ValueError, EOFError) as exc:
+            report.add(path, f"unreadable array: {exc}")
+            continue
+        if extra is not None and len(arr) != n + extra:
+            report.add(path, f"{len(arr)} rows, expected {n + extra} for {n} chunks")
+    lines = index / "lines.npy"
+    chunks = directory / "chunks.jsonl"
+    try:
+        offsets = np.load(lines, allow_pickle=False)
+        if len(offsets) == n + 1 and int(offsets[-1]) != chunks.stat().st_size:
+            report.add(lines, "line offsets do not match chunks.jsonl")
+    except (OSError, ValueError, EOFError):
+        pass  # already reported above

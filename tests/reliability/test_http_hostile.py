@@ -1,0 +1,250 @@
+"""HTTP: hostile requests (bad Host, bad Origin, missing or wrong token, oversized or
+malformed bodies) are refused before any tool runs, change nothing on disk, and leave
+the server serving. Each server is a real ``python -m context_window --http`` process,
+reached on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .support import add, snapshot
+
+TOKEN = "s3cret-T0ken"
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "hostile-test", "version": "1"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+BIG = 33 * 1024 * 1024  # over the 32 MiB body limit
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A server subprocess, its data dir and base URL."""
+
+    def __init__(self, data: Path, token: str | None) -> None:
+        self.data = data
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(timeout=30)  # one client: creating one costs ~50 ms
+        args = [sys.executable, "-m", "context_window", "--http", "--port", str(self.port)]
+        args += ["--data-dir", str(data), "--no-llm"]
+        if token:
+            args += ["--http-token", token]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            try:
+                if self.http.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("server did not start")
+
+    def alive(self) -> bool:
+        return self.http.get(self.url + "/health").status_code == 200
+
+    def stop(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("http-open"), None)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("http-token"), TOKEN)
+    yield server
+    server.stop()
+
+
+def mcp_session(server: Server, auth: dict[str, str]) -> dict[str, str]:
+    """Initialize a real MCP session; return the headers a follow-up request needs."""
+    r = server.http.post(server.url + "/mcp", json=INIT, headers={**HEADERS, **auth})
+    assert r.status_code == 200, r.text
+    headers = {
+        **HEADERS,
+        **auth,
+        "mcp-session-id": r.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-06-18",
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert server.http.post(server.url + "/mcp", json=note, headers=headers).is_success
+    return headers
+
+
+def call(sid: str, n: int = 2) -> dict[str, Any]:
+    """A tools/call that would create a session directory if it ran."""
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {"name": "context_open", "arguments": {"session_id": sid}},
+    }
+
+
+def hostile(server: Server, method: str, expect: set[int], **kw: Any) -> httpx.Response:
+    """Send one hostile request; assert its status, no change on disk, and a live server."""
+    before = snapshot(server.data)
+    r = server.http.request(method, server.url + "/mcp", **kw)
+    assert r.status_code in expect, (r.status_code, r.text[:200])
+    assert snapshot(server.data) == before, "a refused request changed the data dir"
+    assert server.alive()
+    add("hostile HTTP requests refused", 1)
+    return r
+
+
+BAD_HOSTS = [
+    "evil.com",
+    "evil.com:80",
+    "localhost.evil.com",
+    "127.0.0.1.nip.io",
+    "127.0.0.2",
+    "0.0.0.0",
+    "attacker.localhost.example",
+]
+BAD_ORIGINS = [
+    "http://evil.com",
+    "https://localhost.evil.com",
+    "http://127.0.0.1.evil.com",
+    "null",
+    "file://",
+    "http://192.168.0.1",
+]
+
+
+@pytest.mark.parametrize("host", BAD_HOSTS)
+def test_bad_host_is_refused(open_server: Server, host: str) -> None:
+    headers = mcp_session(open_server, {})
+    hostile(open_server, "POST", {421}, json=call("pwned"), headers={**headers, "Host": host})
+    hostile(open_server, "POST", {421}, json=INIT, headers={**HEADERS, "Host": host})
+    assert not (open_server.data / "sessions" / "pwned").exists()
+
+
+@pytest.mark.parametrize("origin", BAD_ORIGINS)
+def test_bad_origin_is_refused(open_server: Server, origin: str) -> None:
+    headers = mcp_session(open_server, {})
+    hostile(open_server, "POST", {403}, json=call("pwned"), headers={**headers, "Origin": origin})
+    assert not (open_server.data / "sessions" / "pwned").exists()
+
+
+def test_good_host_and_origin_work(open_server: Server) -> None:
+    for host in ("127.0.0.1", f"127.0.0.1:{open_server.port}", f"localhost:{open_server.port}"):
+        headers = mcp_session(open_server, {"Host": host})
+        origin = {"Origin": f"http://localhost:{open_server.port}"}
+        r = open_server.http.post(
+            open_server.url + "/mcp", json=call("legit"), headers={**headers, **origin}
+        )
+        assert r.status_code == 200 and ("Created session" in r.text or "Resumed" in r.text)
+    assert (open_server.data / "sessions" / "legit" / "meta.json").exists()
+
+
+BAD_AUTH = [
+    {},
+    {"Authorization": ""},
+    {"Authorization": "Bearer"},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": "Bearer  "[:-1] + "x y"},
+    {"Authorization": f"Token {TOKEN}"},
+    {"Authorization": f"Bearer {TOKEN}x"},
+    {"Authorization": f"Bearer {TOKEN[:-1]}"},
+    {"Authorization": f"Bearer {TOKEN} extra"},
+    {"Authorization": f"Basic {TOKEN}"},
+    {"Authorization": TOKEN},
+    {"X-Api-Key": TOKEN},
+]
+
+
+@pytest.mark.parametrize("auth", BAD_AUTH, ids=[str(i) for i in range(len(BAD_AUTH))])
+def test_missing_or_wrong_token_is_refused(token_server: Server, auth: dict[str, str]) -> None:
+    good = mcp_session(token_server, {"Authorization": f"Bearer {TOKEN}"})
+    headers = {k: v for k, v in good.items() if k != "Authorization"} | auth
+    r = hostile(token_server, "POST", {401}, json=call("pwned"), headers=headers)
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    hostile(token_server, "POST", {401}, json=INIT, headers={**HEADERS, **auth})
+    hostile(token_server, "GET", {401}, headers={**HEADERS, **auth})
+    hostile(token_server, "DELETE", {401}, headers=headers)
+    assert not (token_server.data / "sessions" / "pwned").exists()
+
+
+def test_token_does_not_disable_host_checks_on_loopback(token_server: Server) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    hostile(token_server, "POST", {421}, json=INIT, headers={**HEADERS, **auth, "Host": "evil.com"})
+    hostile(
+        token_server,
+        "POST",
+        {403},
+        json=INIT,
+        headers={**HEADERS, **auth, "Origin": "http://evil.com"},
+    )
+
+
+def test_right_token_works_and_health_stays_open(token_server: Server) -> None:
+    assert token_server.http.get(token_server.url + "/health").json()["status"] == "ok"
+    headers = mcp_session(token_server, {"Authorization": f"Bearer {TOKEN}"})
+    r = token_server.http.post(token_server.url + "/mcp", json=call("legit"), headers=headers)
+    assert r.status_code == 200 and "session 'legit'" in r.text
+
+
+def test_oversized_bodies_are_refused(open_server: Server) -> None:
+    headers = mcp_session(open_server, {})
+    hostile(open_server, "POST", {413}, content=b" " * BIG, headers=headers)
+
+    def stream() -> Iterator[bytes]:  # no Content-Length: the limit must hold while reading
+        for _ in range(BIG // (1 << 20) + 1):
+            yield b" " * (1 << 20)
+
+    hostile(open_server, "POST", {413}, content=stream(), headers=headers)
+    huge_call = call("pwned")
+    huge_call["params"]["arguments"]["title"] = "x" * BIG
+    hostile(open_server, "POST", {413}, content=json.dumps(huge_call).encode(), headers=headers)
+    assert not (open_server.data / "sessions" / "pwned").exists()
+
+
+def test_oversized_body_without_token_is_refused(token_server: Server) -> None:
+    hostile(token_server, "POST", {401, 413}, content=b" " * BIG, headers=HEADERS)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{bad json", b"", b"[]", b"null", b'{"jsonrpc":"2.0"}', b"\xff\xfe\x00", b"[" * 100_000],
+    ids=["torn", "empty", "empty-batch", "null", "no-method", "binary", "deep-nesting"],
+)
+def test_malformed_bodies_are_refused(open_server: Server, body: bytes) -> None:
+    headers = mcp_session(open_server, {})
+    hostile(open_server, "POST", {400, 406, 413, 415, 422}, content=body, headers=headers)

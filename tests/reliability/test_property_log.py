@@ -1,0 +1,121 @@
+"""Property: any sequence of session operations replays to the same state after a restart.
+
+Hypothesis draws sequences of append, pin/unpin, delete/undelete, compaction
+and restarts; after each sequence a new Service on the same directory must see
+every entry with the same text, seq, flags and ``replaces``, and those flags
+must match a simple model (last patch wins; a summary supersedes what it folds).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from context_window.models import ROLES, Entry
+from context_window.service import Service
+
+from .support import service_for
+
+texts = st.one_of(
+    st.text(min_size=1, max_size=120).filter(lambda t: t.strip() and "\x00" not in t),
+    st.lists(
+        st.sampled_from(["alpha", "beta", "gamma", "Decided.", "Fixed it.", "x"]),
+        min_size=1,
+        max_size=30,
+    ).map(" ".join),
+)
+appends = st.tuples(
+    st.just("append"),
+    texts,
+    st.sampled_from(ROLES),
+    st.booleans(),
+    st.lists(st.sampled_from(["a", "b", "todo", "fix"]), max_size=3),
+)
+patches = st.tuples(
+    st.just("patch"),
+    st.integers(min_value=0, max_value=10_000),
+    st.one_of(st.none(), st.booleans()),
+    st.one_of(st.none(), st.booleans()),
+).filter(lambda op: op[2] is not None or op[3] is not None)
+compactions = st.tuples(
+    st.just("compact"), st.integers(min_value=0, max_value=4), st.sampled_from([16, 64, 300])
+)
+restarts = st.tuples(st.just("restart"))
+operations = st.lists(
+    st.one_of(appends, appends, patches, compactions, restarts), min_size=1, max_size=40
+)
+
+
+@dataclass
+class Model:
+    """What the flags of each entry should be."""
+
+    order: list[str] = field(default_factory=list)
+    pinned: dict[str, bool] = field(default_factory=dict)
+    deleted: dict[str, bool] = field(default_factory=dict)
+    superseded: dict[str, bool] = field(default_factory=dict)
+
+    def add(self, entry: Entry) -> None:
+        self.order.append(entry.id)
+        self.pinned[entry.id] = entry.pinned
+        self.deleted[entry.id] = False
+        self.superseded[entry.id] = False
+
+
+def full_state(service: Service, ids: list[str]) -> list[Entry]:
+    """Every entry by id, whatever its state."""
+    session = service.session("prop")
+    return [session.get(i) for i in ids]
+
+
+def run(ops: list[tuple[Any, ...]], data: Path) -> None:
+    service = service_for(data)
+    service.sessions.open("prop")
+    model = Model()
+    for op in ops:
+        session = service.session("prop")
+        if op[0] == "append":
+            _, text, role, pinned, tags = op
+            model.add(session.append(text, role, tags, pinned))
+        elif op[0] == "patch" and model.order:
+            eid = model.order[op[1] % len(model.order)]
+            entry = session.update(eid, pinned=op[2], deleted=op[3])
+            if op[2] is not None:
+                model.pinned[eid] = op[2]
+            if op[3] is not None:
+                model.deleted[eid] = op[3]
+            assert (entry.pinned, entry.deleted) == (model.pinned[eid], model.deleted[eid])
+        elif op[0] == "compact":
+            done = anyio.run(service.compact, "prop", op[1], op[2])
+            if done.entry is not None:
+                for folded in done.plan.entries:
+                    assert not (model.pinned[folded.id] or model.deleted[folded.id])
+                    assert not model.superseded[folded.id]
+                    model.superseded[folded.id] = True
+                model.add(done.entry)
+        elif op[0] == "restart":
+            service = service_for(data)
+    before = full_state(service, model.order)
+    after = full_state(service_for(data), model.order)
+    assert after == before
+    for e in after:
+        assert e.pinned == model.pinned[e.id], e
+        assert e.deleted == model.deleted[e.id], e
+        assert e.superseded == model.superseded[e.id], e
+    assert [e.seq for e in after] == sorted({e.seq for e in after})
+    stats = service_for(data).session("prop").stats()
+    assert (stats.skipped_lines, stats.orphan_patches) == (0, 0)
+    assert stats.total == len(model.order)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_replay_after_restart_is_identical(ops: list[tuple[Any, ...]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run(ops, Path(tmp))
