@@ -1,0 +1,1 @@
+"""Benchmarks for context-window: one command runs them all (``python -m benchmarks``)."""

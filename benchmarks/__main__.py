@@ -1,0 +1,5 @@
+"""``python -m benchmarks``: run every benchmark (see benchmarks/run.py)."""
+
+from benchmarks.run import main
+
+raise SystemExit(main())

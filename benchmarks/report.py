@@ -1,0 +1,230 @@
+"""The flat metric set, the targets, and the printed table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Every key the JSON's "metrics" object carries, in table order.
+METRIC_KEYS: tuple[str, ...] = (
+    "session.append.p50_ms",
+    "session.append.p99_ms",
+    "session.append_mcp.p50_ms",
+    "session.append_mcp.p99_ms",
+    "session.recall_small.p50_ms",
+    "session.recall_small.p99_ms",
+    "session.recall_medium.p50_ms",
+    "session.recall_medium.p99_ms",
+    "session.recall_large.p50_ms",
+    "session.recall_large.p99_ms",
+    "session.cold_load_s",
+    "documents.ingest_mb_s",
+    "documents.search.p50_ms",
+    "documents.search.p99_ms",
+    "documents.restart.first_search_ms",
+    "documents.restart.search.p50_ms",
+    "documents.restart.search.p99_ms",
+    "documents.window.p50_ms",
+    "documents.window.p99_ms",
+    "documents.peak_rss_mb",
+    "documents.restart.peak_rss_mb",
+    "server.start_to_tools_list_s",
+    "engines.rebuild.p50_ms",
+    "engines.fts5.first_query_ms",
+    "engines.fts5.p50_ms",
+    "engines.fts5.p99_ms",
+    "engines.rebuild_over_ours",
+    "engines.fts5_over_ours",
+    "engines.ours.overlap_at_10",
+    "engines.ours.overlap_at_10_tie_aware",
+    "engines.fts5.overlap_at_10",
+    "engines.fts5.overlap_at_10_tie_aware",
+    "quality.hit_rate_at_5",
+    "quality.any_line_hit_rate_at_5",
+)
+
+FULL_CORPUS_MB = 100
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for one metric, judged only when the run is at the scale it names."""
+
+    metric: str
+    op: str  # "<=" or ">="
+    bound: float
+    unit: str
+    applies: Callable[[dict[str, Any]], bool]
+
+    def status(self, value: float, details: dict[str, Any]) -> str:
+        """PASS / MISS, or n/a when this run is not at the target's scale."""
+        if not self.applies(details) or value is None or math.isnan(value):
+            return "n/a"
+        ok = value <= self.bound if self.op == "<=" else value >= self.bound
+        return "PASS" if ok else "MISS"
+
+
+def _entries(tier: str, n: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: d["session"][f"recall_{tier}"]["entries"] == n
+
+
+def _full_corpus(d: dict[str, Any]) -> bool:
+    return bool(d["documents"]["ingest"]["bytes"] >= FULL_CORPUS_MB * 1_000_000)
+
+
+def _always(_d: dict[str, Any]) -> bool:
+    return True
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("session.append.p50_ms", "<=", 2.0, "ms", _always),
+    Target("session.recall_medium.p50_ms", "<=", 20.0, "ms", _entries("medium", 10_000)),
+    Target("session.recall_large.p50_ms", "<=", 200.0, "ms", _entries("large", 100_000)),
+    Target("documents.restart.search.p50_ms", "<=", 50.0, "ms", _full_corpus),
+    Target("engines.rebuild_over_ours", ">=", 20.0, "x", _full_corpus),
+    Target("documents.ingest_mb_s", ">=", 10.0, "MB/s", _full_corpus),
+    Target("server.start_to_tools_list_s", "<=", 1.0, "s", _always),
+    Target("documents.peak_rss_mb", "<=", 400.0, "MB", _full_corpus),
+)
+
+
+def flatten(d: dict[str, Any]) -> dict[str, float]:
+    """The flat metrics from the nested results."""
+    s, docs, eng, q = d["session"], d["documents"], d["engines"], d["quality"]
+    ours = docs["restart"]["search"]["p50_ms"]
+    m = {
+        "session.append.p50_ms": s["append"]["p50_ms"],
+        "session.append.p99_ms": s["append"]["p99_ms"],
+        "session.append_mcp.p50_ms": s["append_mcp"]["p50_ms"],
+        "session.append_mcp.p99_ms": s["append_mcp"]["p99_ms"],
+        "session.cold_load_s": s["cold_load"]["median_s"],
+        "documents.ingest_mb_s": docs["ingest"]["ingest_mb_s"],
+        "documents.search.p50_ms": docs["ingest"]["search"]["p50_ms"],
+        "documents.search.p99_ms": docs["ingest"]["search"]["p99_ms"],
+        "documents.restart.first_search_ms": docs["restart"]["first_search_ms"],
+        "documents.restart.search.p50_ms": ours,
+        "documents.restart.search.p99_ms": docs["restart"]["search"]["p99_ms"],
+        "documents.window.p50_ms": docs["ingest"]["window"]["p50_ms"],
+        "documents.window.p99_ms": docs["ingest"]["window"]["p99_ms"],
+        "documents.peak_rss_mb": docs["ingest"]["peak_rss_mb"],
+        "documents.restart.peak_rss_mb": docs["restart"]["peak_rss_mb"],
+        "server.start_to_tools_list_s": d["server"]["median_s"],
+        "engines.rebuild.p50_ms": eng["rebuild"]["search"]["p50_ms"],
+        "engines.fts5.first_query_ms": eng["fts5"]["first_query_ms"],
+        "engines.fts5.p50_ms": eng["fts5"]["search"]["p50_ms"],
+        "engines.fts5.p99_ms": eng["fts5"]["search"]["p99_ms"],
+        "engines.rebuild_over_ours": round(eng["rebuild"]["search"]["p50_ms"] / ours, 1),
+        "engines.fts5_over_ours": round(eng["fts5"]["search"]["p50_ms"] / ours, 2),
+        "engines.ours.overlap_at_10": eng["ours_agreement"]["overlap_at_10"],
+        "engines.ours.overlap_at_10_tie_aware": eng["ours_agreement"]["tie_aware"],
+        "engines.fts5.overlap_at_10": eng["fts5"]["agreement"]["overlap_at_10"],
+        "engines.fts5.overlap_at_10_tie_aware": eng["fts5"]["agreement"]["tie_aware"],
+        "quality.hit_rate_at_5": q["hit_rate"],
+        "quality.any_line_hit_rate_at_5": q["any_line_hit_rate"],
+    }
+    for tier in ("small", "medium", "large"):
+        m[f"session.recall_{tier}.p50_ms"] = s[f"recall_{tier}"]["p50_ms"]
+        m[f"session.recall_{tier}.p99_ms"] = s[f"recall_{tier}"]["p99_ms"]
+    return {k: m[k] for k in METRIC_KEYS}
+
+
+def checks(metrics: dict[str, float], details: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with the measured value and its status."""
+    return [
+        {
+            "metric": t.metric,
+            "value": metrics[t.metric],
+            "target": f"{t.op} {t.bound:g} {t.unit}",
+            "status": t.status(metrics[t.metric], details),
+        }
+        for t in TARGETS
+    ]
+
+
+def _labels(d: dict[str, Any]) -> dict[str, str]:
+    s, docs = d["session"], d["documents"]
+    mb = docs["ingest"]["bytes"] / 1e6
+    chunks = docs["ingest"]["chunks"]
+    out = {
+        "session.append.p50_ms": "context_append p50 (Session API)",
+        "session.append.p99_ms": "context_append p99 (Session API)",
+        "session.append_mcp.p50_ms": "context_append p50 (in-memory mcp.Client)",
+        "session.append_mcp.p99_ms": "context_append p99 (in-memory mcp.Client)",
+        "session.cold_load_s": f"cold load + first recall, {s['cold_load']['entries']:,} entries",
+        "documents.ingest_mb_s": f"doc_ingest throughput, {mb:.0f} MB log",
+        "documents.search.p50_ms": f"doc_search p50 after ingest ({chunks:,} chunks)",
+        "documents.search.p99_ms": "doc_search p99 after ingest",
+        "documents.restart.first_search_ms": "doc_search first query after restart",
+        "documents.restart.search.p50_ms": "doc_search p50 after restart",
+        "documents.restart.search.p99_ms": "doc_search p99 after restart",
+        "documents.window.p50_ms": "doc_window p50 (cursor paging)",
+        "documents.window.p99_ms": "doc_window p99",
+        "documents.peak_rss_mb": "peak RSS, ingest + search process",
+        "documents.restart.peak_rss_mb": "peak RSS, restarted process + search",
+        "server.start_to_tools_list_s": "spawn to first tools/list answer (stdio)",
+        "engines.rebuild.p50_ms": "baseline: rank_bm25 rebuilt per search p50",
+        "engines.fts5.first_query_ms": "baseline: SQLite FTS5 first query (reopened)",
+        "engines.fts5.p50_ms": "baseline: SQLite FTS5 p50",
+        "engines.fts5.p99_ms": "baseline: SQLite FTS5 p99",
+        "engines.rebuild_over_ours": "rebuild / ours (p50 latency ratio)",
+        "engines.fts5_over_ours": "fts5 / ours (p50 latency ratio)",
+        "engines.ours.overlap_at_10": "ours vs rank_bm25 reference overlap@10",
+        "engines.ours.overlap_at_10_tie_aware": "ours vs reference, tie-aware",
+        "engines.fts5.overlap_at_10": "fts5 vs rank_bm25 reference overlap@10",
+        "engines.fts5.overlap_at_10_tie_aware": "fts5 vs reference, tie-aware",
+        "quality.hit_rate_at_5": "loghub first-occurrence line in top 5",
+        "quality.any_line_hit_rate_at_5": "loghub any line of the event in top 5",
+    }
+    for tier in ("small", "medium", "large"):
+        n = s[f"recall_{tier}"]["entries"]
+        out[f"session.recall_{tier}.p50_ms"] = f"context_recall p50, {n:,} entries"
+        out[f"session.recall_{tier}.p99_ms"] = f"context_recall p99, {n:,} entries"
+    return out
+
+
+def _fmt(key: str, value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if key.endswith("_ms"):
+        return f"{value:,.2f} ms" if value < 100 else f"{value:,.0f} ms"
+    if key.endswith("mb_s"):
+        return f"{value:,.1f} MB/s"
+    if key.endswith("_s"):
+        return f"{value:,.2f} s"
+    if key.endswith("_mb"):
+        return f"{value:,.0f} MB"
+    if "over_ours" in key:
+        return f"{value:,.1f}x"
+    return f"{value:.3f}"
+
+
+def table(metrics: dict[str, float], details: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The results as an aligned text table, each target next to its figure."""
+    labels = _labels(details)
+    by_metric = {c["metric"]: c for c in checks(metrics, details)}
+    rows = [("metric", "value", "target", "status")]
+    for key in METRIC_KEYS:
+        c = by_metric.get(key)
+        rows.append(
+            (
+                labels[key],
+                _fmt(key, metrics[key]),
+                c["target"] if c else "",
+                c["status"] if c else "",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [
+        f"context-window benchmarks ({meta['mode']}) - commit {meta['commit']}, "
+        f"{meta['cpus']} CPUs, load avg {meta['load_start']} -> {meta['load_end']}, "
+        f"{meta['duration_s']:.0f} s"
+    ]
+    for i, r in enumerate(rows):
+        lines.append(
+            f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip()
+        )
+        if i == 0:
+            lines.append("-" * (sum(widths) + 8))
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""Session benchmarks: append latency (core and over MCP), recall at scale, cold load."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.corpus import session_queries, session_texts
+from benchmarks.measure import stopwatch, summary_ms, time_calls
+from context_window.config import Settings
+from context_window.service import Service
+from context_window.sessions import SessionStore
+from context_window.storage import write_json_atomic
+from context_window.tokens import TokenCounter
+
+BUDGET = 4000
+
+
+def _settings(data_dir: Path) -> Settings:
+    return Settings(data_dir=data_dir, llm_enabled=False, audit=False)
+
+
+def write_session(data_dir: Path, session_id: str, texts: list[str]) -> Path:
+    """Write a session straight to disk in the documented format (meta.json + entries.jsonl)."""
+    directory = data_dir / "sessions" / session_id
+    directory.mkdir(parents=True, exist_ok=True)
+    counter = TokenCounter(0.27)
+    start = time.time() - len(texts)
+    roles = ("note", "user", "assistant", "decision")
+    rng = random.Random(5)
+    with (directory / "entries.jsonl").open("w", encoding="utf-8") as f:
+        for seq, text in enumerate(texts, 1):
+            record = {
+                "kind": "entry",
+                "id": f"e{seq:07d}",
+                "seq": seq,
+                "created_at": start + seq,
+                "role": roles[seq % len(roles)],
+                "text": text,
+                "tokens": counter.count(text),
+                "tags": ["bench"] if rng.random() < 0.1 else [],
+                "pinned": seq % 5000 == 1,
+            }
+            f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    now = time.time()
+    write_json_atomic(
+        directory / "meta.json",
+        {"id": session_id, "title": session_id, "created_at": start, "updated_at": now},
+    )
+    return directory / "entries.jsonl"
+
+
+def bench_append(data_dir: Path, count: int) -> dict[str, Any]:
+    """context_append through the core Session API, one call per sample."""
+    service = Service(_settings(data_dir))
+    session, _ = service.sessions.open("append-core")
+    texts = session_texts(count, seed=21)
+    session.append("warm-up entry")  # opens the journal, creates the file
+    samples = time_calls(lambda t: session.append(t, role="note", tags=["bench"]), texts)
+    return summary_ms(samples)
+
+
+async def _append_mcp(data_dir: Path, count: int) -> list[float]:
+    from mcp import Client
+
+    from context_window.server import build_server
+
+    service = Service(_settings(data_dir))
+    texts = session_texts(count, seed=22)
+    samples = []
+    async with Client(build_server(service)) as client:
+        await client.call_tool("context_open", {"session_id": "append-mcp"})
+        await client.call_tool("context_append", {"session_id": "append-mcp", "text": "warm-up"})
+        for text in texts:
+            t0 = time.perf_counter()
+            res = await client.call_tool(
+                "context_append", {"session_id": "append-mcp", "text": text, "tags": ["bench"]}
+            )
+            samples.append(time.perf_counter() - t0)
+            if res.is_error:
+                raise RuntimeError(f"context_append failed: {res.content}")
+    await service.aclose()
+    return samples
+
+
+def bench_append_mcp(data_dir: Path, count: int) -> dict[str, Any]:
+    """context_append as a tool call from an in-memory mcp.Client (protocol overhead included)."""
+    return summary_ms(anyio.run(_append_mcp, data_dir, count))
+
+
+def bench_recall(data_dir: Path, entries: int, queries: int) -> dict[str, Any]:
+    """context_recall with a query on a session of ``entries`` entries (loaded once)."""
+    sid = f"recall-{entries}"
+    texts = session_texts(entries, seed=entries)
+    with stopwatch() as build:
+        write_session(data_dir, sid, texts)
+    store = SessionStore(data_dir, TokenCounter(0.27))
+    with stopwatch() as load:
+        session = store.get(sid)
+    qs = session_queries(queries + 3, seed=entries)
+    for q in qs[:3]:  # warm caches (posting arrays) as a running server would have
+        session.recall(q, BUDGET)
+    samples = time_calls(lambda q: session.recall(q, BUDGET), qs[3:])
+    no_query = time_calls(lambda _: session.recall(None, BUDGET), range(max(3, queries // 4)))
+    hits = [len(session.recall(q, BUDGET).entries) for q in qs[3:8]]
+    out = {"entries": entries, **summary_ms(samples)}
+    out["recent_p50_ms"] = summary_ms(no_query)["p50_ms"]
+    out["load_s"] = round(load[0], 3)
+    out["write_s"] = round(build[0], 3)
+    out["entries_returned_sample"] = hits
+    return out
+
+
+def bench_cold_load(data_dir: Path, entries: int, runs: int) -> dict[str, Any]:
+    """A new SessionStore on an existing session: replay the journal, then the first recall."""
+    sid = f"recall-{entries}"
+    if not (data_dir / "sessions" / sid / "entries.jsonl").is_file():
+        write_session(data_dir, sid, session_texts(entries, seed=entries))
+    query = session_queries(1, seed=99)[0]
+    samples, cpu = [], []
+    for _ in range(runs):
+        store = SessionStore(data_dir, TokenCounter(0.27))
+        t0, c0 = time.perf_counter(), time.process_time()
+        store.get(sid).recall(query, BUDGET)
+        samples.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    size = (data_dir / "sessions" / sid / "entries.jsonl").stat().st_size
+    return {
+        "entries": entries,
+        "journal_mb": round(size / 1e6, 1),
+        "runs": runs,
+        "median_s": round(sorted(samples)[len(samples) // 2], 3),
+        "min_s": round(min(samples), 3),
+        "cpu_median_s": round(sorted(cpu)[len(cpu) // 2], 3),
+    }

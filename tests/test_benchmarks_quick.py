@@ -1,0 +1,116 @@
+"""The benchmark command's quick mode runs end to end and writes every metric (no timing checks)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGHUB = Path(os.environ.get("CTX_BENCH_LOGHUB", "/work/shared/data/loghub"))
+
+METRICS = {
+    "session.append.p50_ms",
+    "session.append.p99_ms",
+    "session.append_mcp.p50_ms",
+    "session.append_mcp.p99_ms",
+    "session.recall_small.p50_ms",
+    "session.recall_small.p99_ms",
+    "session.recall_medium.p50_ms",
+    "session.recall_medium.p99_ms",
+    "session.recall_large.p50_ms",
+    "session.recall_large.p99_ms",
+    "session.cold_load_s",
+    "documents.ingest_mb_s",
+    "documents.search.p50_ms",
+    "documents.search.p99_ms",
+    "documents.restart.first_search_ms",
+    "documents.restart.search.p50_ms",
+    "documents.restart.search.p99_ms",
+    "documents.window.p50_ms",
+    "documents.window.p99_ms",
+    "documents.peak_rss_mb",
+    "documents.restart.peak_rss_mb",
+    "server.start_to_tools_list_s",
+    "engines.rebuild.p50_ms",
+    "engines.fts5.first_query_ms",
+    "engines.fts5.p50_ms",
+    "engines.fts5.p99_ms",
+    "engines.rebuild_over_ours",
+    "engines.fts5_over_ours",
+    "engines.ours.overlap_at_10",
+    "engines.ours.overlap_at_10_tie_aware",
+    "engines.fts5.overlap_at_10",
+    "engines.fts5.overlap_at_10_tie_aware",
+    "quality.hit_rate_at_5",
+    "quality.any_line_hit_rate_at_5",
+}
+TARGETED = {
+    "session.append.p50_ms",
+    "session.recall_medium.p50_ms",
+    "session.recall_large.p50_ms",
+    "documents.restart.search.p50_ms",
+    "engines.rebuild_over_ours",
+    "documents.ingest_mb_s",
+    "server.start_to_tools_list_s",
+    "documents.peak_rss_mb",
+}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    if not LOGHUB.is_dir():
+        pytest.skip(f"loghub samples not found at {LOGHUB}")
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text(encoding="utf-8")), proc.stdout
+
+
+def test_every_metric_is_a_finite_number(quick: tuple[dict, str]) -> None:
+    metrics = quick[0]["metrics"]
+    assert set(metrics) == METRICS
+    for key, value in metrics.items():
+        assert isinstance(value, int | float) and math.isfinite(value), key
+
+
+def test_targets_are_judged_or_marked_not_applicable(quick: tuple[dict, str]) -> None:
+    doc = quick[0]
+    assert {c["metric"] for c in doc["checks"]} == TARGETED
+    for check in doc["checks"]:
+        assert check["status"] in {"PASS", "MISS", "n/a"}
+        assert check["target"]
+    # quick mode runs below the targets' scale, so scale-bound targets are not judged
+    statuses = {c["metric"]: c["status"] for c in doc["checks"]}
+    assert statuses["session.recall_large.p50_ms"] == "n/a"
+    assert statuses["documents.peak_rss_mb"] == "n/a"
+
+
+def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
+    doc = quick[0]
+    assert doc["meta"]["mode"] == "quick"
+    for key in ("commit", "cpus", "python", "duration_s", "corpus", "scale"):
+        assert key in doc["meta"]
+    details = doc["details"]
+    assert set(details) == {"server", "session", "documents", "engines", "quality"}
+    assert details["engines"]["chunks"] == details["documents"]["ingest"]["chunks"]
+    assert details["quality"]["offset_mismatches"] == 0
+    assert details["server"]["tools"] >= 8
+
+
+def test_table_lists_every_target(quick: tuple[dict, str]) -> None:
+    table = quick[1]
+    assert "context_recall p50" in table and "doc_search p50 after restart" in table
+    assert table.count("PASS") + table.count("MISS") + table.count("n/a") >= len(TARGETED)
