@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.docindex import DocIndex
+from context_window.errors import StorageError
 from context_window.models import Chunk
 
 
@@ -100,11 +101,23 @@ class Tables:
 
     def read(self, first: int, last: int) -> list[Chunk]:
         """Chunks ``first..last`` (inclusive), read by byte offset from chunks.jsonl."""
-        a, b = int(self.lines[first]), int(self.lines[last + 1])
-        with (self.dir / "chunks.jsonl").open("rb") as f:
-            f.seek(a)
-            data = f.read(b - a)
-        return [_chunk(json.loads(line)) for line in data.splitlines() if line.strip()]
+        try:
+            a, b = int(self.lines[first]), int(self.lines[last + 1])
+            with (self.dir / "chunks.jsonl").open("rb") as f:
+                f.seek(a)
+                data = f.read(b - a)
+            chunks = [_chunk(json.loads(line)) for line in data.splitlines() if line.strip()]
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise self.damaged(f"chunks.jsonl: {type(exc).__name__}") from exc
+        if [c.index for c in chunks] != list(range(first, last + 1)):
+            raise self.damaged("chunks.jsonl does not match its index")
+        return chunks
+
+    def damaged(self, what: str) -> StorageError:
+        """The error for a document whose files no longer agree."""
+        return StorageError(
+            f"document {self.dir.name!r} is damaged ({what}); doc_ingest it again or doc_forget it"
+        )
 
 
 def _chunk(rec: dict[str, Any]) -> Chunk:

@@ -67,7 +67,14 @@ class DocumentStore:
         if not self.root.is_dir():
             return
         for p in self.root.iterdir():
-            if p.name.startswith((".tmp-", ".trash-")):
+            if p.name.startswith(".old-"):  # a replace killed between its two renames
+                doc_id = p.name[len(".old-") :].rsplit("-", 1)[0]
+                if not (self.root / doc_id).exists() and (p / "meta.json").is_file():
+                    with contextlib.suppress(OSError):
+                        p.rename(self.root / doc_id)
+                        continue
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.name.startswith((".tmp-", ".trash-")):
                 with contextlib.suppress(OSError):
                     if time.time() - p.stat().st_mtime > STALE_SECONDS:
                         shutil.rmtree(p, ignore_errors=True)
@@ -125,7 +132,7 @@ class DocumentStore:
                 return cached[1]
             try:
                 tables = Tables(self.root / doc.id)
-            except (OSError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
                 raise StorageError(
                     f"document {doc.id!r} has a damaged index ({exc}); doc_ingest it again"
                 ) from exc
@@ -202,7 +209,7 @@ class DocumentStore:
             self._drop(doc_id)
             trash = None
             if final.exists():
-                trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
+                trash = self.root / f".old-{doc_id}-{secrets.token_hex(4)}"
                 final.rename(trash)
             try:
                 work.rename(final)
