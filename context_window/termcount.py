@@ -32,6 +32,9 @@ _WORD_BYTES = np.isin(
     np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$", np.uint8),
 )
 _WORD_BYTES.flags.writeable = False
+# _KEEP_BYTES[v] keeps the first v bytes (the low ones) of a little-endian uint64.
+_KEEP_BYTES = np.array([(1 << (8 * v)) - 1 for v in range(9)], dtype=np.uint64)
+_KEEP_BYTES.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,10 @@ class TermCounter:
         empty = np.zeros(0, dtype=np.uint32)
         if not texts:
             return empty, empty, empty
-        buf = np.frombuffer("\n".join(texts).encode("ascii"), dtype=np.uint8)
+        raw = "\n".join(texts).encode("ascii") + bytes(_MAX_PACKED + 8)  # zero padding
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        # Every byte offset seen as the start of a little-endian 8-byte word (unaligned).
+        words = np.ndarray(shape=(len(raw) - 7,), dtype="<u8", buffer=raw, strides=(1,))
         sizes = np.fromiter((len(t) + 1 for t in texts), dtype=np.int64, count=len(texts))
         text_starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         word = _WORD_BYTES[buf].view(np.int8)
@@ -107,13 +113,13 @@ class TermCounter:
             sel = np.flatnonzero(blocks == k)
             if k * 8 > _MAX_PACKED:
                 for i in sel:  # rare very long runs: exact, via Python strings
-                    raw = buf[starts[i] : starts[i] + lens[i]].tobytes().decode("ascii")
-                    ids = self.term_ids(raw)
+                    word_text = buf[starts[i] : starts[i] + lens[i]].tobytes().decode("ascii")
+                    ids = self.term_ids(word_text)
                     out_c.append(np.full(len(ids), owner[i], dtype=np.uint32))
                     out_t.append(np.asarray(ids, dtype=np.uint32))
                     out_n.append(np.ones(len(ids), dtype=np.uint32))
                 continue
-            c, t, n = self._count_packed(buf, starts[sel], lens[sel], owner[sel], int(k))
+            c, t, n = self._count_packed(words, starts[sel], lens[sel], owner[sel], int(k))
             out_c.append(c)
             out_t.append(t)
             out_n.append(n)
@@ -122,7 +128,7 @@ class TermCounter:
         return np.concatenate(out_c), np.concatenate(out_t), np.concatenate(out_n)
 
     def _count_packed(
-        self, buf: npt.NDArray[np.uint8], starts: I64, lens: I64, owner: U32, k: int
+        self, stream: npt.NDArray[np.uint64], starts: I64, lens: I64, owner: U32, k: int
     ) -> tuple[U32, U32, U32]:
         """Counts for runs of 8(k-1)+1 .. 8k bytes, grouped by their zero-padded bytes.
 
@@ -131,12 +137,9 @@ class TermCounter:
         wherever the key or any block changes, so a hash collision can split a group
         (summed again later) but never merge different words.
         """
-        width = 8 * k
-        cols = np.arange(width, dtype=np.int64)
-        packed = buf[np.minimum(starts[:, None] + cols, len(buf) - 1)]
-        packed[cols[None, :] >= lens[:, None]] = 0
-        words = packed.view("<u8")  # (n, k)
-        del packed
+        blocks = 8 * np.arange(k, dtype=np.int64)
+        words = stream[starts[:, None] + blocks]  # (n, k): the run's bytes, 8 at a time
+        words &= _KEEP_BYTES[np.clip(lens[:, None] - blocks, 0, 8)]  # zero what follows
         key = words[:, 0].copy()
         for j in range(1, k):
             key = key * np.uint64(0x9E3779B97F4A7C15) + (words[:, j] ^ (key >> np.uint64(29)))
@@ -155,7 +158,7 @@ class TermCounter:
         pair_raw = raw_of[firsts]
         reps = sorted_words[new_raw]
         expansions = self._expand_words(reps)
-        exp_len = np.fromiter((len(e) for e in expansions), dtype=np.int64, count=len(reps))
+        exp_len = np.fromiter(map(len, expansions), dtype=np.int64, count=len(reps))
         exp_off = np.cumsum(exp_len) - exp_len
         flat = np.fromiter(
             itertools.chain.from_iterable(expansions), dtype=np.uint32, count=int(exp_len.sum())
@@ -168,14 +171,15 @@ class TermCounter:
     def _expand_words(self, reps: npt.NDArray[np.uint64]) -> list[tuple[int, ...]]:
         """Term ids of each distinct raw word, given as rows of little-endian 8-byte blocks."""
         memo = self._memo
-        keys = [bytes(row) for row in reps.view(np.uint8).reshape(len(reps), -1)]
-        out = [memo.get(key) for key in keys]
+        width = reps.shape[1] * 8
+        # As fixed-width bytes, numpy drops the zero padding when it hands out each item.
+        keys: list[bytes] = np.ascontiguousarray(reps).view(f"S{width}").ravel().tolist()
+        out = list(map(memo.get, keys))
         for i, hit in enumerate(out):
             if hit is None:
                 if len(memo) > _MEMO_LIMIT:
                     memo.clear()
-                raw = keys[i].rstrip(b"\x00").decode("ascii")
-                out[i] = memo[keys[i]] = self.term_ids(raw)
+                out[i] = memo[keys[i]] = self.term_ids(keys[i].decode("ascii"))
         return out  # type: ignore[return-value]
 
 
