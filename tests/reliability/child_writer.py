@@ -7,7 +7,7 @@ whatever the parent reads from the pipe was durable in the log when printed.
     child_writer.py compact  DATA SESSION SEED          append and compact until killed
     child_writer.py burst    DATA SESSION N TAG         wait for "go" on stdin, append N, exit
     child_writer.py ingest   DATA DOC_ID SEED           ingest the same doc id until killed
-    child_writer.py die-mid-replace DATA DOC_ID         die between the two renames of a replace
+    child_writer.py die-at   DATA DOC_ID STAGE          die at one stage of a replace or forget
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 from context_window.sessions import SessionStore
 from context_window.tokens import TokenCounter
@@ -95,8 +96,12 @@ def run_ingest(data: Path, doc_id: str, seed: int) -> None:
         n += 1
 
 
-def run_die_mid_replace(data: Path, doc_id: str) -> None:
-    """Ingest v1, then die by SIGKILL right after the old version is moved aside for v2."""
+def run_die_at(data: Path, doc_id: str, stage: str) -> None:
+    """Ingest v1, then die by SIGKILL at ``stage`` of replacing or forgetting it.
+
+    replace-rename: right after the live version is moved out of the way;
+    replace-cleanup / forget-cleanup: at the first file deleted afterwards.
+    """
     import os
     import signal
 
@@ -107,16 +112,32 @@ def run_die_mid_replace(data: Path, doc_id: str) -> None:
     service = Service(settings)
     doc = service.documents.ingest(text="# One\n\nversion one", doc_id=doc_id, title="v1").doc
     ack(f"I {doc.id} v1 {doc.chunks}")
-    real_rename = Path.rename
 
-    def rename_then_die(self: Path, target: Path | str) -> Path:
-        moved = real_rename(self, target)
-        if self.name == doc_id:  # the live version was just moved out of the way
-            os.kill(os.getpid(), signal.SIGKILL)
-        return moved
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    Path.rename = rename_then_die  # type: ignore[method-assign]
-    service.documents.ingest(text="# Two\n\nversion two", doc_id=doc_id, title="v2")
+    if stage == "replace-rename":
+        real_rename = Path.rename
+
+        def rename_then_die(self: Path, target: Path | str) -> Path:
+            moved = real_rename(self, target)
+            if self.name == doc_id:  # the live version was just moved out of the way
+                die()
+            return moved
+
+        Path.rename = rename_then_die  # type: ignore[method-assign,assignment]
+    else:
+        real_unlink = os.unlink
+
+        def unlink_then_die(path: Any, *args: Any, **kw: Any) -> None:
+            real_unlink(path, *args, **kw)
+            die()
+
+        os.unlink = unlink_then_die
+    if stage == "forget-cleanup":
+        service.documents.forget(doc_id)
+    else:
+        service.documents.ingest(text="# Two\n\nversion two", doc_id=doc_id, title="v2")
     ack("I survived")
 
 
@@ -128,8 +149,8 @@ def main() -> None:
         run_compact(data, name, int(sys.argv[4]))
     elif mode == "burst":
         run_burst(data, name, int(sys.argv[4]), sys.argv[5])
-    elif mode == "die-mid-replace":
-        run_die_mid_replace(data, name)
+    elif mode == "die-at":
+        run_die_at(data, name, sys.argv[4])
     elif mode == "ingest":
         run_ingest(data, name, int(sys.argv[4]))
     else:

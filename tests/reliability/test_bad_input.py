@@ -264,7 +264,9 @@ async def sweep(root: Path) -> dict[str, Any]:
         assert app.structured_content is not None
         fx.entry_id = app.structured_content["entry_id"]
         listed = (await client.list_tools()).tools
-        tools = {t.name: {"name": t.name, "inputSchema": t.input_schema} for t in listed}
+        tools: dict[str, dict[str, Any]] = {
+            t.name: {"name": t.name, "inputSchema": t.input_schema} for t in listed
+        }
         if "doc_ingest" in tools:
             ingested = await client.call_tool("doc_ingest", {"text": "# A\n\nhello", "doc_id": DOC})
             assert not ingested.is_error, ingested.content
