@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="overlap between chunks, < chunk size (default 80) [CTX_CHUNK_OVERLAP]",
     )
     p.add_argument(
+        "--max-file-mb",
+        metavar="N",
+        type=int,
+        help="largest file doc_ingest reads, in MiB (default 256) [CTX_MAX_FILE_MB]",
+    )
+    p.add_argument(
         "--token-ratio",
         metavar="X",
         type=float,
@@ -148,6 +154,7 @@ def _flags(ns: argparse.Namespace) -> dict[str, Any]:
         "budget",
         "chunk_tokens",
         "chunk_overlap",
+        "max_file_mb",
         "token_ratio",
         "transport",
         "host",

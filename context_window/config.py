@@ -34,6 +34,7 @@ class Settings:
     budget: int = 4000
     chunk_tokens: int = 800
     chunk_overlap: int = 80
+    max_file_mb: int = 256
     token_ratio: float = 0.27
     transport: Transport = "stdio"
     host: str = "127.0.0.1"
@@ -58,6 +59,7 @@ _ENV: tuple[tuple[str, str], ...] = (
     ("budget", "CTX_BUDGET"),
     ("chunk_tokens", "CTX_CHUNK_TOKENS"),
     ("chunk_overlap", "CTX_CHUNK_OVERLAP"),
+    ("max_file_mb", "CTX_MAX_FILE_MB"),
     ("token_ratio", "CTX_TOKEN_RATIO"),
     ("transport", "CTX_TRANSPORT"),
     ("host", "CTX_HTTP_HOST"),
@@ -113,7 +115,7 @@ def _parse(name: str, raw: str, var: str) -> Any:
             if low in _FALSE:
                 return False
             raise ValueError(raw)
-        if name in {"budget", "chunk_tokens", "chunk_overlap", "port"}:
+        if name in {"budget", "chunk_tokens", "chunk_overlap", "max_file_mb", "port"}:
             return int(raw)
         if name in {"llm_timeout", "token_ratio"}:
             return float(raw)
@@ -135,6 +137,8 @@ def _validated(s: Settings) -> Settings:
             f"chunk-overlap must be >= 0 and < chunk-tokens ({s.chunk_tokens}), "
             f"not {s.chunk_overlap}"
         )
+    if not 1 <= s.max_file_mb <= 4096:
+        raise ConfigError(f"max-file-mb must be between 1 and 4096, not {s.max_file_mb}")
     if not 0.01 <= s.token_ratio <= 4.0:
         raise ConfigError(f"token-ratio must be between 0.01 and 4, not {s.token_ratio}")
     if not 0 < s.llm_timeout <= 3600:

@@ -32,7 +32,8 @@ from context_window.storage import Journal, check_id, new_id, read_json, write_j
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
-MAX_CHARS = 20_000_000
+MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
+MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 MAX_TITLE_CHARS = 200
 STALE_SECONDS = 3600.0
 PROGRESS_SECONDS = 0.2
@@ -50,6 +51,7 @@ class DocumentStore:
         chunk_tokens: int = 800,
         chunk_overlap: int = 80,
         max_chars: int = MAX_CHARS,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ) -> None:
         self.root = data_dir / "documents"
         self.counter = counter
@@ -57,6 +59,7 @@ class DocumentStore:
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap = chunk_overlap
         self.max_chars = max_chars
+        self.max_file_bytes = max_file_bytes
         self._lock = threading.RLock()
         self._tables: dict[str, tuple[float, Tables]] = {}
         self._analyzer = Analyzer()
@@ -162,7 +165,7 @@ class DocumentStore:
             raise InvalidInput(f"title must be up to {MAX_TITLE_CHARS} printable characters")
         progress(0.0, "reading")
         if file_path is not None:
-            found = read_file(file_path, self.ingest_roots, self.max_chars * 4)
+            found = read_file(file_path, self.ingest_roots, self.max_file_bytes)
             data, source, default_title = found.data, str(found.path), found.path.name
             del found  # the bytes must have one owner, so build can free them early
         else:
@@ -187,7 +190,7 @@ class DocumentStore:
             self.chunk_tokens,
             self.chunk_overlap,
             self.counter.ratio,
-            self.max_chars,
+            self.max_chars if file_path is None else self.max_file_bytes,
         )
         work = self.root / f".tmp-{final_id}-{secrets.token_hex(4)}"
         holder = [data]

@@ -165,6 +165,7 @@ async def test_over_the_size_limit_is_refused_before_reading(
     )
     service = Service(settings)
     service.documents.max_chars = 100
+    service.documents.max_file_bytes = 100
     async with Client(build_server(service)) as c:
         msg = await refused(c, file_path="big.txt")
         msg2 = await refused(c, text="x" * 101)
