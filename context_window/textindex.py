@@ -106,9 +106,13 @@ class MemoryIndex:
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._doc_len: list[int] = []
         self._total_len = 0
-        # (documents, average idf, document lengths) as of the last query: one O(terms)
-        # pass per change of the corpus instead of one per query.
+        # (documents, average idf, document lengths) as of the last query, and the
+        # document frequencies behind it: after the first query, an append only adds
+        # its own terms' ids to _pending, so the next query updates df instead of
+        # walking every posting list again.
         self._stats: tuple[int, float, npt.NDArray[np.int64]] | None = None
+        self._df: npt.NDArray[np.int64] | None = None
+        self._pending: list[int] = []
 
     def __len__(self) -> int:
         return len(self._doc_len)
@@ -127,23 +131,44 @@ class MemoryIndex:
         length = sum(counts.values())
         self._doc_len.append(length)
         self._total_len += length
+        if self._df is not None:
+            self._pending.extend(map(self._term_ids.__getitem__, counts))
         return doc
 
     def _postings(self, tid: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         docs = self._post_docs[tid]
         cached = self._cache.get(tid)
-        if cached is None or cached[0] != len(docs):
+        if cached is None:
             cached = (len(docs), np.array(docs, dtype=np.int64), np.array(self._post_tfs[tid]))
+            self._cache[tid] = cached
+        elif cached[0] != len(docs):  # postings only grow: convert just the new tail
+            old = cached[0]
+            cached = (
+                len(docs),
+                np.concatenate((cached[1], np.array(docs[old:], dtype=np.int64))),
+                np.concatenate((cached[2], np.array(self._post_tfs[tid][old:]))),
+            )
             self._cache[tid] = cached
         return cached[1], cached[2]
 
     def _corpus_stats(self) -> tuple[float, npt.NDArray[np.int64]]:
         """Average idf and document lengths, recomputed only when documents were added."""
         n = len(self._doc_len)
-        if self._stats is None or self._stats[0] != n:
-            df = np.fromiter(map(len, self._post_docs), dtype=np.int64, count=len(self._post_docs))
+        if self._stats is not None and self._stats[0] == n:
+            return self._stats[1], self._stats[2]
+        terms = len(self._post_docs)
+        if self._stats is None or self._df is None:
+            df = np.fromiter(map(len, self._post_docs), dtype=np.int64, count=terms)
             doc_len = np.array(self._doc_len, dtype=np.int64)
-            self._stats = (n, average_idf(df, n), doc_len)
+        else:
+            df = self._df
+            if len(df) < terms:
+                df = np.concatenate((df, np.zeros(terms - len(df), dtype=np.int64)))
+            np.add.at(df, np.array(self._pending, dtype=np.int64), 1)
+            old = self._stats[2]
+            doc_len = np.concatenate((old, np.array(self._doc_len[len(old) :], dtype=np.int64)))
+        self._df, self._pending = df, []
+        self._stats = (n, average_idf(df, n), doc_len)
         return self._stats[1], self._stats[2]
 
     def scores(self, query_terms: Sequence[str]) -> FloatArray:
