@@ -19,6 +19,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "session.recall_medium.p99_ms",
     "session.recall_large.p50_ms",
     "session.recall_large.p99_ms",
+    "session.recall_large.after_append_p50_ms",
     "session.cold_load_s",
     "documents.ingest_mb_s",
     "documents.search.p50_ms",
@@ -99,6 +100,7 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "session.append.p99_ms": s["append"]["p99_ms"],
         "session.append_mcp.p50_ms": s["append_mcp"]["p50_ms"],
         "session.append_mcp.p99_ms": s["append_mcp"]["p99_ms"],
+        "session.recall_large.after_append_p50_ms": s["recall_large"]["after_append"]["p50_ms"],
         "session.cold_load_s": s["cold_load"]["median_s"],
         "documents.ingest_mb_s": docs["ingest"]["ingest_mb_s"],
         "documents.search.p50_ms": docs["ingest"]["search"]["p50_ms"],
@@ -181,6 +183,10 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         n = s[f"recall_{tier}"]["entries"]
         out[f"session.recall_{tier}.p50_ms"] = f"context_recall p50, {n:,} entries"
         out[f"session.recall_{tier}.p99_ms"] = f"context_recall p99, {n:,} entries"
+    n = s["recall_large"]["entries"]
+    out["session.recall_large.after_append_p50_ms"] = (
+        f"context_recall p50 right after an append, {n:,}"
+    )
     return out
 
 

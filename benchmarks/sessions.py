@@ -19,6 +19,7 @@ from context_window.storage import write_json_atomic
 from context_window.tokens import TokenCounter
 
 BUDGET = 4000
+AFTER_APPEND = 20
 
 
 def _settings(data_dir: Path) -> Settings:
@@ -108,7 +109,14 @@ def bench_recall(data_dir: Path, entries: int, queries: int) -> dict[str, Any]:
     samples = time_calls(lambda q: session.recall(q, BUDGET), qs[3:])
     no_query = time_calls(lambda _: session.recall(None, BUDGET), range(max(3, queries // 4)))
     hits = [len(session.recall(q, BUDGET).entries) for q in qs[3:8]]
+    after_append = []  # the usual loop: note something, then recall
+    for q, text in zip(qs[3:], session_texts(AFTER_APPEND, seed=entries + 1), strict=False):
+        session.append(text)
+        t0 = time.perf_counter()
+        session.recall(q, BUDGET)
+        after_append.append(time.perf_counter() - t0)
     out = {"entries": entries, **summary_ms(samples)}
+    out["after_append"] = summary_ms(after_append)
     out["recent_p50_ms"] = summary_ms(no_query)["p50_ms"]
     out["load_s"] = round(load[0], 3)
     out["write_s"] = round(build[0], 3)
@@ -129,9 +137,12 @@ def bench_cold_load(data_dir: Path, entries: int, runs: int) -> dict[str, Any]:
         store.get(sid).recall(query, BUDGET)
         samples.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    size = (data_dir / "sessions" / sid / "entries.jsonl").stat().st_size
+    journal = data_dir / "sessions" / sid / "entries.jsonl"
+    size = journal.stat().st_size
+    with journal.open("rb") as f:
+        lines = sum(1 for _ in f)
     return {
-        "entries": entries,
+        "entries": lines,
         "journal_mb": round(size / 1e6, 1),
         "runs": runs,
         "median_s": round(sorted(samples)[len(samples) // 2], 3),

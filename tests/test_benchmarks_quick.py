@@ -25,6 +25,7 @@ METRICS = {
     "session.recall_medium.p99_ms",
     "session.recall_large.p50_ms",
     "session.recall_large.p99_ms",
+    "session.recall_large.after_append_p50_ms",
     "session.cold_load_s",
     "documents.ingest_mb_s",
     "documents.search.p50_ms",
