@@ -27,26 +27,13 @@ WINDOW_CALLS = 60
 SEARCH_LIMIT = 10
 
 
-def open_store(data_dir: Path, roots: list[Path], max_chars: int) -> tuple[Service, Any]:
-    """A Service on ``data_dir`` and its document store, able to take ``max_chars``."""
+def open_store(data_dir: Path, roots: list[Path]) -> tuple[Service, Any]:
+    """A Service with default settings on ``data_dir``, and its document store."""
     settings = Settings(
         data_dir=data_dir, ingest_roots=tuple(roots), llm_enabled=False, audit=False
     )
     service = Service(settings)
-    store = getattr(service, "documents", None)
-    if store is None:  # the service does not wire documents yet: build the store directly
-        from context_window.documents import DocumentStore
-
-        store = DocumentStore(
-            data_dir,
-            service.counter,
-            ingest_roots=roots,
-            chunk_tokens=settings.chunk_tokens,
-            chunk_overlap=settings.chunk_overlap,
-        )
-    if store.max_chars < max_chars:  # one 100 MB document is over the per-document limit
-        store.max_chars = max_chars
-    return service, store
+    return service, service.documents
 
 
 def _search_samples(store: Any, queries: list[str]) -> tuple[list[float], list[list[int]]]:
@@ -62,7 +49,7 @@ def _search_samples(store: Any, queries: list[str]) -> tuple[list[float], list[l
 def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, Any]:
     """Ingest the corpus, then time searches and doc_window paging; report peak RSS."""
     size = corpus.stat().st_size
-    _, store = open_store(data_dir, [corpus.parent], size + 1)
+    _, store = open_store(data_dir, [corpus.parent])
     base_rss = peak_rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     result = store.ingest(file_path=str(corpus), doc_id="bigdoc")
@@ -100,7 +87,7 @@ def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, 
 def phase_restart(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, Any]:
     """A new Service on the same data: first search (opens the index), then the rest."""
     t0 = time.perf_counter()
-    _, store = open_store(data_dir, [corpus.parent], corpus.stat().st_size + 1)
+    _, store = open_store(data_dir, [corpus.parent])
     open_s = time.perf_counter() - t0
     samples, tops = _search_samples(store, queries)
     t0 = time.perf_counter()

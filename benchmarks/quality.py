@@ -36,7 +36,7 @@ def bench_quality(top: int = TOP) -> dict[str, Any]:
     hits_all = any_all = total_all = unsearchable_all = 0
     mismatched = 0
     with tempfile.TemporaryDirectory(prefix="cw-bench-quality-") as tmp:
-        _, store = open_store(Path(tmp), [], 0)
+        _, store = open_store(Path(tmp), [])
         for system in systems():
             text = log_text(system)
             spans = _line_spans(text)
