@@ -81,6 +81,8 @@ async def _hammer(data_dir: Path) -> dict[str, Any]:
                 appended.append(r.structured_content["entry_id"])
 
         async def compactor() -> None:
+            while len(appended) < 20:  # start once there is something to fold
+                await anyio.sleep(0.005)
             for _ in range(4):
                 await anyio.sleep(0.01)
                 r = await client.call_tool(

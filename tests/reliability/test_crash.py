@@ -21,7 +21,7 @@ from .support import add, kill_at_random, record, service_for, unreadable_lines
 
 APPEND_ROUNDS = 40
 COMPACT_ROUNDS = 15
-ROUNDS_PER_LOG = 10
+ROUNDS_PER_LOG = 5
 
 
 def test_appends_survive_sigkill(data_dir: Path) -> None:
@@ -40,7 +40,7 @@ def test_appends_survive_sigkill(data_dir: Path) -> None:
         acked |= new_acks
 
         session, created = SessionStore(data_dir, TokenCounter(0.27)).open(sid)
-        assert not created
+        assert not created or not acked  # a kill during start-up may precede the first write
         present = {e.id for e in session.entries(include_superseded=True)}
         assert acked <= present, f"round {rnd}: acknowledged entries lost: {acked - present}"
         in_flight = present - present_before - new_acks
