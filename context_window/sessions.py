@@ -82,6 +82,12 @@ def _check_text(text: str, what: str = "text") -> str:
         )
     if "\x00" in text:
         raise InvalidInput(f"{what} contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: JSON allows it, UTF-8 does not
+        raise InvalidInput(
+            f"{what} has an unpaired surrogate at character {exc.start}; send valid Unicode"
+        ) from None
     return text
 
 

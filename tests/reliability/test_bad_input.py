@@ -191,6 +191,9 @@ def written_cases(fx: Fixture) -> list[Case]:
     return [
         Case("context_append", {**s, "text": "x" * HUGE_APPEND}, "text over the limit"),
         Case("context_append", {**s, "text": "a\x00b"}, "NUL in text"),
+        Case("context_append", {**s, "text": "a\ud800b"}, "unpaired surrogate"),
+        Case("context_append", {**s, "text": "x", "tags": ["a\udc00"]}, "surrogate in tag"),
+        Case("context_open", {"session_id": "fresh", "title": "a\ud800"}, "surrogate in title"),
         Case("context_append", {**s, "text": "x", "role": "boss"}, "unknown role"),
         Case("context_append", {**s, "text": "x", "role": "summary"}, "reserved role"),
         Case("context_append", {**s, "text": "x", "tags": tags_11}, "11 tags"),
