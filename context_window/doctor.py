@@ -5,8 +5,9 @@ the way the server would read them, but reports instead of skipping:
 unreadable or torn log lines, patches for unknown entries, summaries whose
 ``replaces`` name unknown entries, missing or corrupt ``meta.json`` files,
 documents whose meta, chunks and index disagree, and temporary files or
-directories left behind by a crashed writer. It only reads; nothing is locked,
-repaired or deleted, so it is safe to run beside a live server.
+directories left behind by a crashed writer. It only reads: nothing is repaired
+or deleted. It takes each session log's lock while reading it (as a writer does),
+so beside a live server it never mistakes a line being written for a torn one.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from context_window.errors import InvalidInput
-from context_window.storage import check_id, read_json
+from context_window.errors import InvalidInput, StorageError
+from context_window.storage import Journal, check_id, read_json
 
 # Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
 _INDEX_ARRAYS: dict[str, int | None] = {
@@ -175,9 +176,10 @@ def _audit_session(report: Report, directory: Path) -> None:
 def _audit_journal(report: Report, path: Path) -> int:
     """Replay a session log in file order as the server does; return the entry count."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        report.add(path, f"unreadable: {exc.strerror}")
+        with Journal(path).locked():
+            raw = path.read_bytes()
+    except (OSError, StorageError) as exc:
+        report.add(path, f"unreadable: {exc}")
         return 0
     entries: set[str] = set()
     seqs: dict[int, str] = {}

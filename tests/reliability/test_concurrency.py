@@ -21,7 +21,7 @@ APPENDS = 250
 
 
 def test_processes_append_to_one_session(data_dir: Path) -> None:
-    SessionStore(data_dir, TokenCounter(0.27)).open("shared")
+    watcher, _ = SessionStore(data_dir, TokenCounter(0.27)).open("shared")
     procs = [
         writer("burst", str(data_dir), "shared", str(APPENDS), f"p{i}", stdin=True)
         for i in range(PROCESSES)
@@ -56,6 +56,9 @@ def test_processes_append_to_one_session(data_dir: Path) -> None:
     session = SessionStore(data_dir, TokenCounter(0.27)).open("shared")[0]
     stats = session.stats()
     assert (stats.total, stats.live, stats.skipped_lines) == (len(lines), len(lines), 0)
+    # A session object opened before the writers started sees all of it too.
+    assert watcher.stats() == stats
+    assert [e.id for e in watcher.entries()] == [r["id"] for r in records]
     record("processes x appends to one session", f"{PROCESSES} x {APPENDS}")
     record("writer switches in the shared log (interleaving)", switches)
 

@@ -17,7 +17,7 @@ from context_window.doctor import audit, run
 from context_window.sessions import SessionStore
 from context_window.tokens import TokenCounter
 
-from .support import service_for, snapshot
+from .support import service_for, snapshot, writer
 
 
 def doctor(data: Path) -> tuple[int, str]:
@@ -217,3 +217,17 @@ def test_cli_doctor_subprocess(data_dir: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "torn last line" in done.stdout
     assert done.stdout.splitlines()[-1].startswith("1 problem(s) found")
+
+
+def test_doctor_beside_a_live_writer(data_dir: Path) -> None:
+    """Lines being written by a live server are never reported as torn."""
+    proc = writer("append", str(data_dir), "live", "3")
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    try:
+        for _ in range(40):
+            report = audit(data_dir)
+            assert report.ok, report.render()
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert report.entries > 0
