@@ -163,7 +163,7 @@ def test_bad_utf8_and_size_limits(lay: Layout) -> None:
     (lay.root / "latin1.txt").write_bytes(b"caf\xe9")
     message = refused(lay, "latin1.txt", InvalidInput)
     assert "UTF-8" in message and "byte offset 3" in message
-    small = DocumentStore(lay.data, TokenCounter(0.27), ingest_roots=[lay.root], max_chars=10)
+    small = DocumentStore(lay.data, TokenCounter(0.27), ingest_roots=[lay.root], max_file_bytes=10)
     (lay.root / "big.txt").write_text("x" * 100)
     with pytest.raises(InvalidInput):
         small.ingest(file_path="big.txt")
