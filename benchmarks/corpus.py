@@ -17,7 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-LOGHUB = Path(os.environ.get("CTX_BENCH_LOGHUB", "/work/shared/data/loghub"))
+_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+LOGHUB = Path(
+    os.environ.get("CTX_BENCH_LOGHUB", _BESIDE if _BESIDE.is_dir() else "/work/shared/data/loghub")
+)
 CACHE = Path(tempfile.gettempdir()) / "context-window-bench"
 _DIGITS = "0123456789"
 

@@ -73,7 +73,8 @@ class IndexBuilder:
         lens = np.fromiter((len(e) for e in encoded), dtype=np.uint64, count=len(encoded))
         (directory / "terms.bin").write_bytes(b"".join(encoded))
         del encoded
-        np.save(directory / "term_offsets.npy", np.concatenate(([0], np.cumsum(lens))))
+        offsets = np.concatenate((np.zeros(1, np.uint64), np.cumsum(lens, dtype=np.uint64)))
+        np.save(directory / "term_offsets.npy", offsets)
         chunk = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.uint32)
         self._chunks.clear()
         term = rank[np.concatenate(self._terms)] if self._terms else np.zeros(0, np.uint32)

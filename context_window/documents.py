@@ -261,9 +261,11 @@ class DocumentStore:
         found: list[tuple[float, int, int]] = []
         for k, (arr, matched) in enumerate(scores):
             candidates = np.flatnonzero(matched)
-            if len(candidates) > limit:
-                top = np.argpartition(-arr[candidates], limit - 1)[:limit]
-                candidates = candidates[top]
+            if len(candidates) > limit:  # every chunk tied with the limit-th, then by index
+                values = arr[candidates]
+                kth = np.partition(values, len(values) - limit)[len(values) - limit]
+                keep = candidates[values >= kth]
+                candidates = keep[np.lexsort((keep, -arr[keep]))[:limit]]
             found.extend((float(arr[i]), k, int(i)) for i in candidates)
         found.sort(key=lambda x: (-x[0], x[1], x[2]))
         hits = []

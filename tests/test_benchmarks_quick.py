@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LOGHUB = Path(os.environ.get("CTX_BENCH_LOGHUB", "/work/shared/data/loghub"))
+_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+LOGHUB = Path(
+    os.environ.get("CTX_BENCH_LOGHUB", _BESIDE if _BESIDE.is_dir() else "/work/shared/data/loghub")
+)
 
 METRICS = {
     "session.append.p50_ms",

@@ -161,3 +161,26 @@ def test_segments_keep_character_offsets_with_multibyte_text(
     assert all(c.text == text[c.start : c.end] for c in got)
     assert got[-1].end == len(text.rstrip())
     assert store.search("02999 東京", "utf")[0].chunk.index == doc.chunks - 1
+
+
+def test_tied_scores_break_by_chunk_index(store: DocumentStore) -> None:
+    # Identical paragraphs, one per chunk: nearly every chunk scores the same for "needle"
+    # (enough of them that numpy's selection no longer returns ties in index order).
+    block = "needle in a haystack of hay and straw and more hay " * 14
+    store.ingest(text="\n\n".join(block for _ in range(1200)), doc_id="ties")
+    chunks = store.get("ties").chunks
+    assert chunks > 1000
+    first = [h.chunk.index for h in store.search("needle", "ties", limit=3)]
+    again = [h.chunk.index for h in store.search("needle", "ties", limit=3)]
+    ranked = store.search("needle", "ties", limit=1000)
+    top = ranked[0].score
+    tied = [h.chunk.index for h in ranked if h.score == top]
+    assert first == again
+    assert len(tied) > 3 and tied == sorted(tied)
+    assert first == tied[:3] and first[0] < 10
+
+
+def test_term_offsets_are_unsigned_integers(store: DocumentStore) -> None:
+    store.ingest(text="alpha beta gamma delta " * 40, doc_id="offsets")
+    offsets = np.load(store.root / "offsets" / "index" / "term_offsets.npy")
+    assert offsets.dtype == np.uint64 and offsets[0] == 0
