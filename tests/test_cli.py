@@ -15,8 +15,8 @@ from context_window.config import load_settings
 
 FLAGS = (
     "--data-dir --ingest-root --llm-base-url --llm-model --llm-api-key --llm-timeout --no-llm "
-    "--budget --chunk-tokens --chunk-overlap --max-file-mb --token-ratio --transport --stdio --http --host "
-    "--port --http-token --audit --no-audit"
+    "--budget --chunk-tokens --chunk-overlap --max-file-mb --token-ratio --transport --stdio "
+    "--http --host --port --http-token --audit --no-audit"
 ).split()
 
 
