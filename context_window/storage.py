@@ -39,7 +39,7 @@ def new_id(prefix: str) -> str:
     while n:
         n, r = divmod(n, 36)
         digits = _B36[r] + digits
-    return f"{prefix}{digits}{secrets.token_hex(3)}"
+    return f"{prefix}{digits}{secrets.token_hex(5)}"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
