@@ -104,6 +104,8 @@ def render_recall(session: Session, rec: Recall) -> str:
     )
     if p.omitted:
         header += f" · {p.omitted} more did not fit (narrow the query or raise budget_tokens)"
+    if rec.beyond_limit:
+        header += f" · {rec.beyond_limit} more beyond limit"
     if not rec.entries:
         return header + "\nNothing matched. Try other words, or omit query for the latest entries."
     body = [f"{_head(e)}\n{e.text}" for e in rec.entries]
@@ -212,6 +214,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             "used_tokens": rec.packed.used_tokens,
             "budget": rec.packed.budget,
             "omitted": rec.packed.omitted,
+            "beyond_limit": rec.beyond_limit,
         }
         return result(render_recall(session, rec), data)
 

@@ -6,6 +6,11 @@ and ``entries.jsonl``. Entry records never change; patch records set ``pinned``,
 ``summary``) whose ``replaces`` lists the entries it folds: replay marks those
 superseded, so a summary and the retirement of its originals land in one line
 and a torn write leaves the originals live rather than half-replaced.
+
+An entry is superseded while some summary that replaces it is not deleted (or
+when a patch says so explicitly): deleting a summary brings its originals back.
+A summary takes the place in time of the newest entry it folds, so recall shows
+it where its content happened, not after the entries that were kept.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Recall:
     candidates: int
     packed: Packed
     scores: dict[str, float]
+    beyond_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,8 @@ class Session:
         self._seqs = array("d")
         self._costs = array("q")
         self._flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
+        self._replacers: dict[str, list[str]] = {}  # entry id -> summaries that replace it
+        self._explicit_superseded: dict[str, bool] = {}  # from patch records
         self._max_seq = 0
         self._orphans = 0
         self._ratio_seen = counter.ratio
@@ -174,9 +182,16 @@ class Session:
                 if target is None:
                     self._orphans += 1
                     continue
-                for key in ("pinned", "deleted", "superseded"):
-                    if isinstance(rec.get(key), bool):
-                        self._set_flag(target["id"], key, rec[key])
+                eid = target["id"]
+                if isinstance(rec.get("pinned"), bool):
+                    self._set_flag(eid, "pinned", rec["pinned"])
+                if isinstance(rec.get("superseded"), bool):
+                    self._explicit_superseded[eid] = rec["superseded"]
+                    self._resolve_superseded(eid)
+                if isinstance(rec.get("deleted"), bool):
+                    self._set_flag(eid, "deleted", rec["deleted"])
+                    for old in target["replaces"]:  # a deleted summary releases its originals
+                        self._resolve_superseded(old)
             else:
                 self.journal.skipped += 1
 
@@ -208,7 +223,8 @@ class Session:
         self._records[eid] = state
         self._pos[eid] = len(self._order)
         self._order.append(eid)
-        self._seqs.append(float(seq))
+        folded = [self._seqs[self._pos[r]] for r in replaces if r in self._pos]
+        self._seqs.append(max(folded) + 0.5 if folded else float(seq))
         self._costs.append(state["tokens"])
         for key, flags in self._flags.items():
             flags.append(state[key])
@@ -216,7 +232,17 @@ class Session:
         self._max_seq = max(self._max_seq, seq)
         for old in replaces:
             if old in self._records:
-                self._set_flag(old, "superseded", True)
+                self._replacers.setdefault(old, []).append(eid)
+                self._resolve_superseded(old)
+
+    def _resolve_superseded(self, eid: str) -> None:
+        """Superseded = an explicit patch's value, else whether a live summary replaces it."""
+        if eid not in self._records:
+            return
+        value = self._explicit_superseded.get(eid)
+        if value is None:
+            value = any(not self._records[s]["deleted"] for s in self._replacers.get(eid, ()))
+        self._set_flag(eid, "superseded", value)
 
     def _set_flag(self, eid: str, key: str, value: bool) -> None:
         self._records[eid][key] = value
@@ -229,8 +255,8 @@ class Session:
         """Entries in chronological order: live ones, plus superseded ones if asked."""
         self.refresh()
         out = []
-        for eid in self._order:
-            rec = self._records[eid]
+        for i in sorted(range(len(self._order)), key=self._seqs.__getitem__):
+            rec = self._records[self._order[i]]
             if rec["deleted"] or (rec["superseded"] and not include_superseded):
                 continue
             out.append(Entry(**rec))
@@ -379,8 +405,7 @@ class Session:
         chosen = sorted((int(ranked[k]) for k in packed.items), key=lambda i: seqs[i])
         entries = tuple(self._entry(self._order[i]) for i in chosen)
         score_map = {self._order[i]: float(scores[i]) for i in chosen}
-        omitted = packed.omitted + (candidates - len(ranked))
-        return Recall(entries, candidates, replace(packed, omitted=omitted), score_map)
+        return Recall(entries, candidates, packed, score_map, candidates - len(ranked))
 
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""
@@ -399,11 +424,8 @@ class Session:
         )
 
     def updated_at(self) -> float:
-        """Last change: the journal's mtime, or creation time."""
-        try:
-            return max(self.journal.path.stat().st_mtime, float(self.meta.get("created_at", 0)))
-        except FileNotFoundError:
-            return float(self.meta.get("created_at", 0))
+        """Last change: the journal's mtime, or the time meta.json says (a rename)."""
+        return _updated(self.journal.path, self.meta)
 
 
 class SessionStore:
@@ -470,7 +492,7 @@ class SessionStore:
             meta = read_json(self.root / sid / "meta.json") or {"id": sid}
             session = self._open.get(sid)
             journal = self.root / sid / "entries.jsonl"
-            updated = session.updated_at() if session else _mtime(journal, meta)
+            updated = session.updated_at() if session else _updated(journal, meta)
             out.append(
                 SessionInfo(
                     id=sid,
@@ -483,8 +505,11 @@ class SessionStore:
         return out
 
 
-def _mtime(path: Path, meta: dict[str, Any]) -> float:
+def _updated(journal: Path, meta: dict[str, Any]) -> float:
+    """The later of the journal's mtime and meta's updated_at/created_at."""
+    stamps = [meta.get("updated_at"), meta.get("created_at")]
+    best = max((float(t) for t in stamps if isinstance(t, int | float)), default=0.0)
     try:
-        return path.stat().st_mtime
+        return max(best, journal.stat().st_mtime)
     except FileNotFoundError:
-        return float(meta.get("created_at") or 0.0)
+        return best

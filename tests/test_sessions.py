@@ -282,7 +282,7 @@ def test_recall_filters_by_tags_and_limit(session: Session) -> None:
     assert [e.id for e in session.recall("deploy", 4000, tags=["backend"]).entries] == [c]
     limited = session.recall(None, 4000, limit=1)
     assert [e.id for e in limited.entries] == [c]
-    assert limited.packed.omitted == 2
+    assert limited.packed.omitted == 0 and limited.beyond_limit == 2
 
 
 def test_recall_rejects_a_query_without_searchable_words(session: Session) -> None:
@@ -343,7 +343,8 @@ async def test_compaction_folds_old_entries_and_keeps_originals(service: Service
     assert c.summary.tokens <= 60
     assert c.tokens_freed == c.plan.tokens - c.summary.tokens > 0
     live = s.entries()
-    assert [e.id for e in live] == [ids[1], ids[6], ids[7], c.entry.id]
+    # The summary stands where the newest folded entry stood, before the kept ones.
+    assert [e.id for e in live] == [ids[1], c.entry.id, ids[6], ids[7]]
     assert s.stats().live_tokens == before - c.tokens_freed
     every = {e.id: e for e in s.entries(include_superseded=True)}
     assert all(every[i].superseded and not every[i].live for i in folded)
@@ -364,7 +365,8 @@ async def test_compaction_survives_a_restart(service: Service, settings: Setting
     c = await service.compact("c", keep_recent=1, target_tokens=50)
     assert c.entry is not None
     reopened = Service(settings()).session("c")
-    assert {e.id for e in reopened.entries()} == {c.entry.id, s.entries()[0].id}
+    assert [e.id for e in reopened.entries()] == [e.id for e in s.entries()]
+    assert s.entries()[0].id == c.entry.id and len(s.entries()) == 2
     assert reopened.get(c.entry.id).replaces == tuple(e.id for e in c.plan.entries)
     assert reopened.stats().superseded == 5
 
@@ -456,3 +458,26 @@ def test_commit_fails_cleanly_if_a_planned_entry_changed(store: SessionStore, ch
 def test_plan_rejects_bad_keep_recent(session: Session) -> None:
     with pytest.raises(InvalidInput):
         session.plan_compaction(-1)
+
+
+@pytest.mark.anyio
+async def test_deleting_a_summary_brings_its_originals_back(service: Service) -> None:
+    s = service.sessions.open("undo")[0]
+    ids = fill(s, LONG[:8])
+    first = await service.compact("undo", keep_recent=2, target_tokens=60)
+    assert first.entry is not None
+    s.append("one more note after the first summary")
+    second = await service.compact("undo", keep_recent=1, target_tokens=60)
+    assert second.entry is not None and first.entry.id in second.entry.replaces
+    live = lambda: [e.id for e in s.entries()]  # noqa: E731
+    assert live()[0] == second.entry.id and ids[0] not in live()
+    s.update(second.entry.id, deleted=True)  # the first summary is live again
+    assert first.entry.id in live() and ids[0] not in live()
+    s.update(first.entry.id, deleted=True)  # and now the originals
+    assert ids[:6] == [i for i in live() if i in ids[:6]]
+    reopened = Service(service.settings).sessions.get("undo")  # replay agrees
+    assert [e.id for e in reopened.entries()] == live()
+    s.update(first.entry.id, deleted=False)  # undelete the inner summary: originals hide again
+    assert first.entry.id in live() and ids[0] not in live()
+    s.update(second.entry.id, deleted=False)  # and the outer one hides the inner
+    assert live()[0] == second.entry.id and first.entry.id not in live()
