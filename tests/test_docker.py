@@ -25,11 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def instructions(stage: str = "final") -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile's final stage, continuation lines joined."""
     text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text(encoding="utf-8"))

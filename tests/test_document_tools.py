@@ -27,11 +27,6 @@ DOC_TOOLS = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def serve(tmp_path: Path, **flags: Any) -> AsyncIterator[Client]:
     """A fresh Service and server on ``tmp_path/data``: calling it twice is a restart."""

@@ -21,11 +21,6 @@ EXAMPLES = ROOT / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.json"))
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def registered_tools(tmp_path: Path) -> set[str]:
     """Tool names this checkout's server registers."""
     service = Service(load_settings({"data_dir": tmp_path, "llm_enabled": False}, environ={}))

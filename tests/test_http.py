@@ -50,11 +50,6 @@ INIT = {
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

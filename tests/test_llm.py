@@ -16,11 +16,6 @@ HELLO = [{"role": "user", "content": "Hello there."}]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def fake() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
         yield server

@@ -138,11 +138,6 @@ def true_tokens(model_url: str, text: str) -> int:
         return len(json.load(response)["tokens"])
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_calibrates_against_the_real_model(model_url: str, tmp_path: Path) -> None:
     counter = TokenCounter(0.27)

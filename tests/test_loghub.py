@@ -29,11 +29,6 @@ THRESHOLD = {800: 0.8, 200: 0.78}  # overall first-line hit rate required, by ch
 pytestmark = pytest.mark.skipif(not SYSTEMS, reason="loghub samples not found")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def events(system: str) -> dict[str, tuple[str, list[int]]]:
     """EventId -> (query text, the LineIds of its occurrences, first first)."""
     folder = LOGHUB / system

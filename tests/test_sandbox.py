@@ -19,11 +19,6 @@ from context_window.service import Service
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def root(tmp_path: Path) -> Path:
     r = tmp_path / "root"
     (r / "sub").mkdir(parents=True)
