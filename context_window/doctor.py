@@ -120,7 +120,9 @@ def _children(directory: Path) -> Iterator[Path]:
 def _leftover_temps(report: Report, directory: Path) -> None:
     """Hidden temporary files or directories a crashed writer left behind."""
     for p in sorted(directory.iterdir()):
-        if p.name.startswith((".trash-", ".old-")):
+        if p.name == "meta.json.corrupt":
+            report.add(p, "a damaged meta.json the server set aside and rebuilt; inspect, delete")
+        elif p.name.startswith((".trash-", ".old-")):
             report.add(p, "leftover directory of a replaced or forgotten document")
         elif p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.startswith(".tmp")):
             kind = "directory (an interrupted ingest)" if p.is_dir() else "file"

@@ -257,6 +257,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             f"Token counts: {service.counter.describe()}",
             f"Summaries: {service.summarizer.describe()}",
         ]
+        lines.extend(f"Repaired: {r}" for r in s.repairs)
         if s.skipped_lines or s.orphan_patches:
             lines.append(
                 f"Storage: skipped {s.skipped_lines} unreadable lines, "

@@ -62,6 +62,7 @@ class SessionStats:
     live_tokens: int
     skipped_lines: int
     orphan_patches: int
+    repairs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class Session:
         self._max_seq = 0
         self._orphans = 0
         self._ratio_seen = counter.ratio
+        self.repairs: list[str] = []  # what opening the session had to mend, for status
 
     @property
     def id(self) -> str:
@@ -421,6 +423,7 @@ class Session:
             live_tokens=sum(r["tokens"] for r in live),
             skipped_lines=self.journal.skipped,
             orphan_patches=self._orphans,
+            repairs=tuple(self.repairs),
         )
 
     def updated_at(self) -> float:
@@ -453,8 +456,15 @@ class SessionStore:
         meta_path = directory / "meta.json"
         meta = read_json(meta_path)
         created = False
+        repair = ""
         if meta is None:
-            created = not (directory / "entries.jsonl").exists()
+            has_log = (directory / "entries.jsonl").exists()
+            created = not has_log
+            if meta_path.exists():  # unreadable: keep the damaged bytes for a person to see
+                meta_path.replace(meta_path.with_name("meta.json.corrupt"))
+                repair = "meta.json was unreadable: rebuilt it, damaged copy in meta.json.corrupt"
+            elif has_log:
+                repair = "meta.json was missing: rebuilt it (title reset to the id)"
             now = time.time()
             meta = {"id": sid, "title": title or sid, "created_at": now, "updated_at": now}
             write_json_atomic(meta_path, meta)
@@ -467,6 +477,8 @@ class SessionStore:
             session = self._open[sid] = Session(directory, meta, self.counter)
         else:
             session.meta = meta
+        if repair:
+            session.repairs.append(repair)
         session.refresh()
         return session, created
 

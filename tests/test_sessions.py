@@ -481,3 +481,24 @@ async def test_deleting_a_summary_brings_its_originals_back(service: Service) ->
     assert first.entry.id in live() and ids[0] not in live()
     s.update(second.entry.id, deleted=False)  # and the outer one hides the inner
     assert live()[0] == second.entry.id and first.entry.id not in live()
+
+
+@pytest.mark.parametrize("damage", [b"{half", b"", None], ids=["torn", "empty", "missing"])
+def test_a_damaged_meta_is_rebuilt_kept_and_reported(tmp_path: Path, damage: bytes | None) -> None:
+    first = SessionStore(tmp_path, TokenCounter(0.27))
+    session, _ = first.open("m", title="Project M")
+    kept = session.append("the entry that must survive").id
+    meta = tmp_path / "sessions" / "m" / "meta.json"
+    if damage is None:
+        meta.unlink()
+    else:
+        meta.write_bytes(damage)
+    again, created = SessionStore(tmp_path, TokenCounter(0.27)).open("m")
+    assert not created and [e.id for e in again.entries()] == [kept]
+    (repair,) = again.stats().repairs
+    corrupt = meta.with_name("meta.json.corrupt")
+    if damage is None:
+        assert "missing" in repair and not corrupt.exists()
+    else:
+        assert "unreadable" in repair and corrupt.read_bytes() == damage
+    assert meta.exists() and again.title == "m"

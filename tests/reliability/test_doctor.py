@@ -147,6 +147,10 @@ def _leftover_temp(d: Path) -> None:
     (d / "sessions" / "a" / ".meta.json.x1y2.tmp").write_text("{")
 
 
+def _meta_set_aside(d: Path) -> None:
+    (d / "sessions" / "a" / "meta.json.corrupt").write_bytes(b'{"id": "a", "tit')
+
+
 def _calibration_corrupt(d: Path) -> None:
     (d / "calibration.json").write_text("{nope")
 
@@ -168,6 +172,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "stray file": (_stray_file, "sessions/notes.txt: not a session directory"),
     "bad dir name": (_bad_dir_name, "not a valid session id"),
     "leftover temp": (_leftover_temp, "leftover temporary file"),
+    "meta set aside": (_meta_set_aside, "a damaged meta.json the server set aside"),
     "calibration corrupt": (_calibration_corrupt, "calibration.json: unreadable JSON"),
 }
 
