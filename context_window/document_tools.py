@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Annotated, Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -44,6 +45,17 @@ def from_keyword(
         return await fn(*args, **kwargs)
 
     return wrapper
+
+
+def excerpt(text: str, query: str, before: int = 2) -> str:
+    """``text`` from a little before its first line that holds a word of ``query``."""
+    words = [w for w in query.lower().split() if len(w) > 1]
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        low = line.lower()
+        if any(w in low for w in words):
+            return "\n".join(lines[max(0, i - before) :])
+    return text
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
@@ -257,6 +269,19 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             return result(msg, {"hits": [], "query": query, "omitted": 0})
         blocks = [f"{hit_header(h, doc_id is None)}\n{h.chunk.text}" for h in hits]
         packed = pack([service.counter.count(b) + 1 for b in blocks], budget)
+        if not packed.items:  # even the best hit is over budget: show where it matches
+            top = hits[0]
+            near = excerpt(top.chunk.text, query)
+            blocks[0] = service.counter.truncate(
+                f"{hit_header(top, doc_id is None)}\n{near}", max(1, budget - 24)
+            )
+            blocks[0] += "\n[cut to fit budget_tokens; doc_window reads this chunk whole]"
+            packed = replace(
+                packed,
+                items=(0,),
+                used_tokens=service.counter.count(blocks[0]),
+                omitted=packed.omitted - 1,
+            )
         chosen = [hits[k] for k in packed.items]
         head = f"{len(chosen)} of {len(hits)} hits for {query!r} · "
         head += f"{packed.used_tokens}/{budget} tokens"

@@ -162,3 +162,18 @@ async def test_ingest_reports_progress(tmp_path: Path) -> None:
     assert len(seen) >= 2 and seen[-1][0] == 100.0 and seen[-1][1] == 100.0
     values = [v for v, _, _ in seen]
     assert values == sorted(values)
+
+
+@pytest.mark.anyio
+async def test_search_with_a_budget_below_one_chunk_still_shows_the_best_hit(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, chunk_tokens=800, chunk_overlap=0) as c:
+        log = "\n".join(
+            f"081109 2035{i:02d} INFO block blk_{i} served to 10.0.0.{i}" for i in range(400)
+        )
+        await ok(c, "doc_ingest", text=log + "\nFATAL disk quota exceeded on node7\n", doc_id="big")
+        text, data = await ok(c, "doc_search", query="quota exceeded", budget_tokens=100)
+        assert len(data["hits"]) == 1 and data["used_tokens"] <= 100
+        assert "cut to fit budget_tokens" in text and text.startswith("1 of 1 hits")
+        assert "FATAL disk quota exceeded on node7" in text  # the matching line, not the head
