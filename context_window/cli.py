@@ -176,6 +176,11 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _url_host(host: str) -> str:
+    """An IPv6 literal in brackets, as URLs write it."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def startup_line(settings: Settings) -> str:
     """The one line logged at start: version, transport, absolute data dir, roots, LLM."""
     roots = ", ".join(str(r) for r in settings.ingest_roots) or "none"
@@ -183,7 +188,7 @@ def startup_line(settings: Settings) -> str:
     where = (
         "stdio"
         if settings.transport == "stdio"
-        else (f"http://{settings.host}:{settings.port}/mcp")
+        else (f"http://{_url_host(settings.host)}:{settings.port}/mcp")
     )
     return (
         f"context-window {__version__} serving on {where}; data dir {settings.data_dir}; "

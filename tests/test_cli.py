@@ -159,3 +159,10 @@ def test_startup_line_names_everything_needed_to_debug_a_launch(tmp_path: Path) 
     assert "http://127.0.0.1:4000/mcp" in line
     assert "llm http://localhost:1234/v1" in line
     assert "\n" not in line
+
+
+def test_startup_line_brackets_an_ipv6_bind(tmp_path: Path) -> None:
+    s = load_settings(
+        {"host": "::1", "transport": "http", "port": 4000, "data_dir": tmp_path}, environ={}
+    )
+    assert "http://[::1]:4000/mcp" in startup_line(s)
