@@ -91,7 +91,8 @@ class Service:
             return
         self._calibrated_once = True
         message = await self.calibrate()
-        log.info("%s", message)
+        if self.calibrator is None:  # otherwise the calibrator has logged its outcome
+            log.info("%s", message)
 
     async def aclose(self) -> None:
         """Release the HTTP client."""
