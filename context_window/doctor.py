@@ -160,15 +160,22 @@ def _audit_meta(report: Report, directory: Path, required: tuple[str, ...]) -> d
     return meta
 
 
-def _audit_session(report: Report, directory: Path) -> None:
+def _usable_dir(report: Report, directory: Path, kind: str) -> bool:
+    """Whether ``directory`` is a session/document directory the server reads; report if not."""
     if not directory.is_dir():
-        report.add(directory, "not a session directory (a stray file)")
-        return
+        report.add(directory, f"not a {kind} directory (a stray file)")
+        return False
     if not _valid_id(directory.name):
-        report.add(directory, "directory name is not a valid session id; the server ignores it")
+        report.add(directory, f"directory name is not a valid {kind} id; the server ignores it")
+        return False
+    _leftover_temps(report, directory)
+    return True
+
+
+def _audit_session(report: Report, directory: Path) -> None:
+    if not _usable_dir(report, directory, "session"):
         return
     report.sessions += 1
-    _leftover_temps(report, directory)
     _audit_meta(report, directory, ("id", "created_at"))
     journal = directory / "entries.jsonl"
     if journal.exists():
@@ -248,14 +255,9 @@ def _check_entry(
 
 
 def _audit_document(report: Report, directory: Path) -> None:
-    if not directory.is_dir():
-        report.add(directory, "not a document directory (a stray file)")
-        return
-    if not _valid_id(directory.name):
-        report.add(directory, "directory name is not a valid document id; the server ignores it")
+    if not _usable_dir(report, directory, "document"):
         return
     report.documents += 1
-    _leftover_temps(report, directory)
     meta = _audit_meta(report, directory, ("id", "chunks", "sha256", "chars"))
     n = meta.get("chunks")
     if meta and not (isinstance(n, int) and n >= 0):
