@@ -276,16 +276,22 @@ def _audit_document(report: Report, directory: Path) -> None:
     _audit_index(report, directory, found)
 
 
+def _read(report: Report, path: Path) -> bytes | None:
+    """The bytes of ``path``, or None after reporting it missing or unreadable."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        report.add(path, "missing")
+    except OSError as exc:
+        report.add(path, f"unreadable: {exc.strerror}")
+    return None
+
+
 def _audit_source(report: Report, directory: Path, meta: dict[str, Any]) -> int | None:
     """Check source.txt against meta's sha256 and chars; return its length in characters."""
     path = directory / "source.txt"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        report.add(path, "missing")
-        return None
-    except OSError as exc:
-        report.add(path, f"unreadable: {exc.strerror}")
+    data = _read(report, path)
+    if data is None:
         return None
     if meta.get("sha256") and hashlib.sha256(data).hexdigest() != meta["sha256"]:
         report.add(path, "content does not match the sha256 in meta.json")
@@ -301,13 +307,8 @@ def _audit_source(report: Report, directory: Path, meta: dict[str, Any]) -> int 
 
 def _audit_chunks(report: Report, path: Path, chars: int | None) -> int | None:
     """Check every line of chunks.jsonl; return how many lines it has."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        report.add(path, "missing")
-        return None
-    except OSError as exc:
-        report.add(path, f"unreadable: {exc.strerror}")
+    raw = _read(report, path)
+    if raw is None:
         return None
     if raw and not raw.endswith(b"\n"):
         report.add(path, "last line is torn (no newline)")
