@@ -9,7 +9,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -266,23 +266,11 @@ def test_directory_flipping_to_a_symlink(lay: Layout) -> None:
     assert ingested and refusals, (ingested, refusals)  # both sides of the flip were hit
 
 
-@pytest.mark.parametrize("when", ["before-stat", "before-open"])
-def test_swap_between_check_and_read(
-    lay: Layout, monkeypatch: pytest.MonkeyPatch, when: str
+def swap_on_access(
+    monkeypatch: pytest.MonkeyPatch, target: Path, when: str, swap: Callable[[], None]
 ) -> None:
-    """Deterministic version of the race: the path becomes a symlink at the worst moment."""
-    target = lay.root / "swap.txt"
-    target.write_text(INSIDE)
+    """Run ``swap`` just before the sandbox stats (or opens) ``target``."""
     real_stat, real_open = os.stat, os.open
-
-    swapped: list[bool] = []
-
-    def swap() -> None:
-        if swapped:
-            return
-        swapped.append(True)
-        target.unlink()
-        target.symlink_to(lay.outside / "secret.txt")
 
     def stat_hook(path: Any, *args: Any, **kw: Any) -> Any:
         if when == "before-stat" and str(path) == str(target):
@@ -296,6 +284,26 @@ def test_swap_between_check_and_read(
 
     monkeypatch.setattr(os, "stat", stat_hook)
     monkeypatch.setattr(os, "open", open_hook)
+
+
+@pytest.mark.parametrize("when", ["before-stat", "before-open"])
+def test_swap_between_check_and_read(
+    lay: Layout, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Deterministic version of the race: the path becomes a symlink at the worst moment."""
+    target = lay.root / "swap.txt"
+    target.write_text(INSIDE)
+
+    swapped: list[bool] = []
+
+    def swap() -> None:
+        if swapped:
+            return
+        swapped.append(True)
+        target.unlink()
+        target.symlink_to(lay.outside / "secret.txt")
+
+    swap_on_access(monkeypatch, target, when, swap)
     refused(lay, "swap.txt")
     assert swapped, "the hook never ran: the sandbox no longer calls os.stat/os.open on the path"
 
@@ -309,7 +317,6 @@ def test_parent_directory_swap_between_check_and_read(
     target = lay.root / "dd" / "f.txt"
     target.write_text(INSIDE)
     (lay.outside / "f.txt").write_text(SECRET)
-    real_stat, real_open = os.stat, os.open
 
     swapped: list[bool] = []
 
@@ -320,18 +327,7 @@ def test_parent_directory_swap_between_check_and_read(
         (lay.root / "dd").rename(lay.base / "dd-away")
         (lay.root / "dd").symlink_to(lay.outside)
 
-    def stat_hook(path: Any, *args: Any, **kw: Any) -> Any:
-        if when == "before-stat" and str(path) == str(target):
-            swap()
-        return real_stat(path, *args, **kw)
-
-    def open_hook(path: Any, *args: Any, **kw: Any) -> Any:
-        if when == "before-open" and str(path) == str(target):
-            swap()
-        return real_open(path, *args, **kw)
-
-    monkeypatch.setattr(os, "stat", stat_hook)
-    monkeypatch.setattr(os, "open", open_hook)
+    swap_on_access(monkeypatch, target, when, swap)
     refused(lay, "dd/f.txt")
     assert swapped, "the hook never ran: the sandbox no longer calls os.stat/os.open on the path"
 
