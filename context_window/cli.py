@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-token", metavar="T", help="require Authorization: Bearer T on HTTP [CTX_HTTP_TOKEN]"
     )
     p.add_argument(
+        "--tools",
+        choices=["all", "sessions", "docs"],
+        help="expose only the session or document tools, for a tiny window (default all) "
+        "[CTX_TOOLS]",
+    )
+    p.add_argument(
         "--audit",
         dest="audit",
         action="store_const",
@@ -161,6 +167,7 @@ def _flags(ns: argparse.Namespace) -> dict[str, Any]:
         "port",
         "http_token",
         "audit",
+        "tools",
     )
     return {n: getattr(ns, n) for n in names}
 
@@ -215,12 +222,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "doctor":
         from context_window.doctor import run
 
-        return run(settings.data_dir, sys.stdout)
+        status = run(settings.data_dir, sys.stdout)
+        sys.stdout.write(anyio.run(schema_report, settings) + "\n")
+        return status
     setup_logging()
     if ns.command == "calibrate":
         return anyio.run(_calibrate, settings)
     log.info("%s", startup_line(settings))
     return _serve(settings)
+
+
+async def schema_report(settings: Settings) -> str:
+    """What the tool schemas cost the model: estimated tokens of tools/list, per tool set."""
+    from context_window.server import build_server, tool_costs
+    from context_window.service import Service
+
+    offline = settings.with_changes(llm_enabled=False, tools="all")  # no client, no network
+    costs = await tool_costs(build_server(Service(offline)), offline.token_ratio)
+    sessions = sum(n for name, n in costs.items() if name.startswith("context_"))
+    docs = sum(n for name, n in costs.items() if name.startswith("doc_"))
+    guide = costs.get("context_guide", 0)
+    exposed = {"all": sum(costs.values()), "sessions": sessions, "docs": docs + guide}
+    return (
+        f"tool schemas (tools/list): ~{exposed[settings.tools]} estimated tokens with "
+        f"--tools {settings.tools}; all {exposed['all']} ({len(costs)} tools), "
+        f"sessions {sessions}, docs {docs + guide} (each with context_guide)"
+    )
 
 
 async def _calibrate(settings: Settings) -> int:

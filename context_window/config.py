@@ -15,6 +15,7 @@ from context_window.errors import ConfigError
 
 APP_NAME = "context-window"
 Transport = Literal["stdio", "http"]
+ToolSet = Literal["all", "sessions", "docs"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -41,6 +42,7 @@ class Settings:
     port: int = 3001
     http_token: str = field(default="", repr=False)
     audit: bool = True
+    tools: ToolSet = "all"
 
     def with_changes(self, **changes: Any) -> Settings:
         """Return a copy with some fields replaced and re-validated."""
@@ -66,6 +68,7 @@ _ENV: tuple[tuple[str, str], ...] = (
     ("port", "CTX_HTTP_PORT"),
     ("http_token", "CTX_HTTP_TOKEN"),
     ("audit", "CTX_AUDIT"),
+    ("tools", "CTX_TOOLS"),
 )
 ENV_VARS: dict[str, str] = dict(_ENV)
 
@@ -128,6 +131,8 @@ def _validated(s: Settings) -> Settings:
     """Check ranges and relations between settings; raise ConfigError naming the problem."""
     if s.transport not in ("stdio", "http"):
         raise ConfigError(f"transport must be 'stdio' or 'http', not {s.transport!r}")
+    if s.tools not in ("all", "sessions", "docs"):
+        raise ConfigError(f"tools must be 'all', 'sessions' or 'docs', not {s.tools!r}")
     if not 64 <= s.budget <= 1_000_000:
         raise ConfigError(f"budget must be between 64 and 1000000 tokens, not {s.budget}")
     if not 32 <= s.chunk_tokens <= 100_000:

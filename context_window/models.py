@@ -25,11 +25,14 @@ class Entry:
     deleted: bool = False
     superseded: bool = False
     replaces: tuple[str, ...] = ()
+    expires_at: float | None = None
+    expired: bool = False
+    replaced_by: tuple[str, ...] = ()  # the live summaries that fold this entry
 
     @property
     def live(self) -> bool:
-        """Neither deleted nor folded into a summary."""
-        return not (self.deleted or self.superseded)
+        """Neither deleted, nor folded into a summary, nor past its expiry."""
+        return not (self.deleted or self.superseded or self.expired)
 
 
 @dataclass(frozen=True)

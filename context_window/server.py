@@ -1,50 +1,113 @@
-"""build_server(service) -> MCPServer: registers every tool; tools live in *_tools.py."""
+"""build_server(service) -> MCPServer: registers the tools; they live in *_tools.py.
+
+Every schema token is paid by the model in every request, so tools/list goes out
+slimmed: pydantic's generated ``title`` keys are dropped and an optional ``T | None``
+parameter is published as plain ``T`` (omitting it means None). Arguments are still
+validated against the full signature.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, Tool
 
 from context_window.adapters import guarded, result
 from context_window.document_tools import register_document_tools
 from context_window.service import Service
 from context_window.session_tools import READ_ONLY, register_session_tools
+from context_window.tokens import estimate
 
-INSTRUCTIONS = (
-    "External memory for a small context window. Sessions: context_open, then context_append "
-    "notes/decisions, context_recall what you need, context_compact when over budget. "
-    "Documents: doc_ingest large text once, then doc_search / doc_window / doc_summarize. "
-    "Call context_guide for the full workflow."
+SESSIONS_HOW = (
+    "Sessions: context_open, then context_append notes/decisions, context_recall what you "
+    "need, context_compact when over budget."
 )
+DOCS_HOW = "Documents: doc_ingest large text once, then doc_search / doc_window / doc_summarize."
 
 
-def guide_text(service: Service) -> str:
-    """The workflow, with this instance's data dir, budget and ingest roots."""
-    s = service.settings
-    roots = ", ".join(str(r) for r in s.ingest_roots) or "none (doc_ingest takes inline text only)"
-    return f"""context-window: memory outside your context window. You must call these tools.
+def instructions(tools: str) -> str:
+    """The server's instructions for the exposed tool set."""
+    parts = ["External memory for a small context window."]
+    parts += [SESSIONS_HOW] if tools in ("all", "sessions") else []
+    parts += [DOCS_HOW] if tools in ("all", "docs") else []
+    return " ".join([*parts, "Call context_guide for the full workflow."])
 
-Sessions (working memory for a long task):
+
+def slim_schema(node: Any) -> Any:
+    """A JSON schema without generated titles, with ``anyOf [T, null]`` (default null) as T."""
+    if isinstance(node, list):
+        return [slim_schema(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: slim_schema(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    options = out.get("anyOf")
+    null = {"type": "null"}
+    if isinstance(options, list) and len(options) == 2 and null in options:
+        other = options[1 - options.index(null)]
+        del out["anyOf"]
+        if "default" in out and out["default"] is None:
+            del out["default"]
+        out = {**other, **out}
+    return out
+
+
+class SlimServer(MCPServer):
+    """An MCPServer whose tools/list carries slimmed input schemas."""
+
+    async def list_tools(self) -> list[Tool]:
+        """The registered tools, with :func:`slim_schema` applied to each input schema."""
+        tools = await super().list_tools()
+        return [t.model_copy(update={"input_schema": slim_schema(t.input_schema)}) for t in tools]
+
+
+async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
+    """Estimated tokens of each tool as tools/list sends it (name, description, schemas)."""
+    out = {}
+    for tool in await app.list_tools():
+        wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
+        out[tool.name] = estimate(json.dumps(wire, separators=(",", ":")), ratio)
+    return out
+
+
+GUIDE_SESSIONS = """Sessions (working memory for a long task):
 1. context_open(session_id="my-task") once; reuse the id in every later call.
 2. context_append(text, role=note|decision|...) after each step: findings, decisions, dead ends.
-   pinned=true for facts that must never be lost (goals, constraints).
+   pinned=true for facts that must never be lost (goals, constraints); ttl_days=N for notes
+   that stop mattering (they leave recall after N days unless pinned).
 3. context_recall(query="...") before acting, to get back what is relevant within a budget.
-4. When an answer says "over budget", call context_compact: older entries become one summary;
-   originals stay recoverable with context_recall(include_superseded=true).
+4. When an answer says "over budget", call context_compact: older entries become one summary,
+   and paths, numbers and names the summary dropped are appended to it. Originals stay
+   recoverable: context_recall(include_superseded=true) shows them, and
+   context_uncompact(compaction_id) makes them live again.
 5. context_update pins/unpins, deletes or restores (delete=false) an entry.
-
-Documents (too large to read at once):
+"""
+GUIDE_DOCS = """Documents (too large to read at once):
 1. doc_ingest(file_path=... or text=...) once.
 2. doc_outline to see the structure; doc_search(query) to find passages.
 3. doc_window(doc_id) to page through in order (the cursor is kept; call again to continue).
 4. doc_summarize for a range or the whole; doc_forget when done.
+"""
 
+
+def guide_text(service: Service) -> str:
+    """The workflow for the exposed tools, with this instance's data dir, budget and roots."""
+    s = service.settings
+    roots = ", ".join(str(r) for r in s.ingest_roots) or "none (doc_ingest takes inline text only)"
+    halves = [GUIDE_SESSIONS] if s.tools in ("all", "sessions") else []
+    docs = s.tools in ("all", "docs")
+    halves += [GUIDE_DOCS] if docs else []
+    body = "\n".join(halves)
+    where = f"chunks of ~{s.chunk_tokens} tokens; ingest roots: {roots}; " if docs else ""
+    return f"""context-window: memory outside your context window. You must call these tools.
+
+{body}
 This instance: data dir {s.data_dir}; budget {s.budget} tokens per answer;
-chunks of ~{s.chunk_tokens} tokens; ingest roots: {roots}.
+{where}tools: {s.tools}.
 Token counts: {service.counter.describe()}. Summaries: {service.summarizer.describe()}."""
 
 
@@ -60,14 +123,17 @@ def build_server(service: Service) -> MCPServer:
             finally:
                 tg.cancel_scope.cancel()
 
-    app: MCPServer = MCPServer(
+    tools = service.settings.tools
+    app: MCPServer = SlimServer(
         name="context-window",
         version=service.version,
-        instructions=INSTRUCTIONS,
+        instructions=instructions(tools),
         lifespan=lifespan,
     )
-    register_session_tools(app, service)
-    register_document_tools(app, service)
+    if tools in ("all", "sessions"):
+        register_session_tools(app, service)
+    if tools in ("all", "docs"):
+        register_document_tools(app, service)
 
     @app.tool(annotations=READ_ONLY, description="How to use these tools. Read once at the start.")
     @guarded("context_guide", service.settings.audit)
@@ -80,6 +146,7 @@ def build_server(service: Service) -> MCPServer:
             "token_counts": service.counter.source,
             "token_ratio": service.counter.ratio,
             "summarizer": service.summarizer.describe(),
+            "tools": s.tools,
         }
         return result(guide_text(service), data)
 

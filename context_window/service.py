@@ -7,13 +7,16 @@ summarizer) live here; everything else is a direct call on a store.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from context_window import __version__
 from context_window.calibration import Calibrator
 from context_window.config import Settings
 from context_window.documents import DocumentStore
 from context_window.errors import InvalidInput
+from context_window.facts import lost_facts
 from context_window.llm import LLMClient
 from context_window.models import Entry, Summary
 from context_window.sessions import CompactionPlan, Session, SessionStore
@@ -23,6 +26,7 @@ from context_window.tokens import TokenCounter
 log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
+FACTS_SHOWN = 200  # facts appended to one summary; the rest are counted and stay in the originals
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class Compaction:
     summary: Summary | None
     entry: Entry | None
     dry_run: bool
+    kept_facts: tuple[str, ...] = ()
+    facts_not_kept: int = 0
 
     @property
     def tokens_freed(self) -> int:
@@ -46,7 +52,7 @@ class Compaction:
 class Service:
     """Everything one server instance serves, wired from its Settings."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.version = __version__
         self.counter = TokenCounter(settings.token_ratio)
@@ -64,7 +70,7 @@ class Service:
             )
             self.calibrator.load_cached()
         self.summarizer = Summarizer(self.counter, self.llm)
-        self.sessions = SessionStore(settings.data_dir, self.counter)
+        self.sessions = SessionStore(settings.data_dir, self.counter, clock)
         self.documents = DocumentStore(
             settings.data_dir,
             self.counter,
@@ -121,8 +127,16 @@ class Service:
             return Compaction(session.id, plan, None, None, dry_run)
         text = "\n\n".join(_render_for_summary(e) for e in plan.entries)
         summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
-        entry = session.commit_summary(plan, summary.text, summary.method)
-        return Compaction(session.id, plan, summary, entry, False)
+        lost = lost_facts("\n".join(e.text for e in plan.entries), summary.text)
+        kept = lost[:FACTS_SHOWN]
+        final = summary
+        if kept:
+            more = len(lost) - len(kept)
+            extra = f" (+{more} more in the originals)" if more else ""
+            text = f"{summary.text}\nKept facts: {'; '.join(kept)}{extra}"
+            final = replace(summary, text=text, tokens=self.counter.count(text))
+        entry = session.commit_summary(plan, final.text, final.method, kept)
+        return Compaction(session.id, plan, final, entry, False, tuple(kept), len(lost) - len(kept))
 
 
 def _render_for_summary(entry: Entry) -> str:

@@ -17,7 +17,9 @@ from context_window.sessions import Recall, Session, SessionStats
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 PREVIEW_CHARS = 160
+FACTS_IN_REPORT = 30
 
+TTL = "Expire after N days unless pinned"
 SessionId = Annotated[str, Field(description="Session id from context_open")]
 
 
@@ -41,7 +43,12 @@ def _when(stamp: float) -> str:
 
 
 def _head(entry: Entry) -> str:
-    flags = [f for f, on in (("pinned", entry.pinned), ("superseded", entry.superseded)) if on]
+    states = (("pinned", entry.pinned), ("expired", entry.expired), ("deleted", entry.deleted))
+    flags = [f for f, on in states if on]
+    if entry.superseded:
+        flags.append(
+            f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
+        )
     tags = "".join(f" #{t}" for t in entry.tags)
     stamp = _when(entry.created_at)
     extra = f" ({', '.join(flags)})" if flags else ""
@@ -61,6 +68,10 @@ def entry_data(entry: Entry) -> dict[str, Any]:
         "pinned": entry.pinned,
         "deleted": entry.deleted,
         "superseded": entry.superseded,
+        "replaced_by": list(entry.replaced_by),
+        "replaces": list(entry.replaces),
+        "expires_at": entry.expires_at,
+        "expired": entry.expired,
     }
 
 
@@ -124,12 +135,24 @@ def render_compaction(c: Compaction, budget: int, stats: SessionStats) -> str:
             "Lower keep_recent or append more first."
         )
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
-    return (
+    lines = [
         f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.id} "
-        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.\n"
-        f"{bar(stats.live_tokens, budget)}\n"
-        "Originals are kept: context_recall with include_superseded=true shows them."
+        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.",
+        bar(stats.live_tokens, budget),
+    ]
+    if c.kept_facts:
+        more = f" (+{c.facts_not_kept} more left in the originals)" if c.facts_not_kept else ""
+        shown = "; ".join(c.kept_facts[:FACTS_IN_REPORT])
+        rest = len(c.kept_facts) - FACTS_IN_REPORT
+        shown += f"; … {rest} more" if rest > 0 else ""
+        lines.append(
+            f"The summary had lost {len(c.kept_facts)} facts; appended to it: {shown}{more}"
+        )
+    lines.append(
+        f"Originals are kept: context_recall(include_superseded=true) shows them; "
+        f"context_uncompact(compaction_id={c.entry.id!r}) restores them."
     )
+    return "\n".join(lines)
 
 
 def register_session_tools(app: MCPServer, service: Service) -> None:
@@ -171,9 +194,10 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         role: Annotated[str, Field(description="note|user|assistant|system|decision")] = "note",
         tags: list[str] | None = None,
         pinned: bool = False,
+        ttl_days: Annotated[float | None, Field(gt=0, le=36_500, description=TTL)] = None,
     ) -> CallToolResult:
         session = service.session(session_id)
-        entry = session.append(text, role, tags, pinned)
+        entry = session.append(text, role, tags, pinned, ttl_days=ttl_days)
         stats = session.stats()
         tip = advice(stats, budget)
         text_out = f"Saved {entry.id} ({entry.tokens} tokens). {bar(stats.live_tokens, budget)}"
@@ -236,13 +260,45 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             "dry_run": c.dry_run,
             "folded": len(c.plan.entries) if len(c.plan.entries) >= 2 else 0,
             "folded_tokens": c.plan.tokens,
+            "compaction_id": c.entry.id if c.entry else None,
             "summary_id": c.entry.id if c.entry else None,
             "summary_tokens": c.summary.tokens if c.summary else 0,
             "method": c.summary.method if c.summary else None,
             "reason": c.summary.reason if c.summary else "",
             "tokens_freed": c.tokens_freed,
+            "kept_facts": list(c.kept_facts),
+            "facts_not_kept": c.facts_not_kept,
         }
         return result(render_compaction(c, budget, stats), data)
+
+    @app.tool(annotations=WRITES, description="Undo a compaction: its originals become live again.")
+    @guarded("context_uncompact", audit)
+    async def context_uncompact(
+        session_id: SessionId,
+        compaction_id: Annotated[str, Field(description="Summary id from context_compact")],
+    ) -> CallToolResult:
+        session = service.session(session_id)
+        restored = session.uncompact(compaction_id)
+        stats = session.stats()
+        lines = [
+            f"Undid compaction {compaction_id}: {len(restored)} entries are live again; the "
+            "summary is retired (context_update on it with delete=false redoes the compaction).",
+            bar(stats.live_tokens, budget),
+        ]
+        lines.extend("  " + preview(e) for e in restored[:20])
+        if len(restored) > 20:
+            lines.append(f"  … {len(restored) - 20} more: context_recall shows them")
+        tip = advice(stats, budget)
+        if tip:
+            lines.append(tip)
+        data = {
+            "session_id": session.id,
+            "compaction_id": compaction_id,
+            "restored": [e.id for e in restored],
+            "session_tokens": stats.live_tokens,
+            "budget": budget,
+        }
+        return result("\n".join(lines), data)
 
     @app.tool(annotations=READ_ONLY, description="Session size, budget, token counting and advice.")
     @guarded("context_status", audit)
@@ -252,7 +308,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         tip = advice(s, budget) or "Within budget."
         lines = [
             f"Session '{session.id}' ({session.title}): {s.live} live, {s.superseded} superseded, "
-            f"{s.deleted} deleted, {s.pinned} pinned",
+            f"{s.expired} expired, {s.deleted} deleted, {s.pinned} pinned",
             bar(s.live_tokens, budget),
             f"Token counts: {service.counter.describe()}",
             f"Summaries: {service.summarizer.describe()}",

@@ -15,6 +15,7 @@ it where its content happened, not after the entries that were kept.
 
 from __future__ import annotations
 
+import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ MAX_TEXT_CHARS = 200_000
 MAX_TITLE_CHARS = 200
 MAX_TAGS = 10
 MAX_TAG_CHARS = 40
+MAX_TTL_DAYS = 36_500
+DAY = 86_400.0
 Clock = Callable[[], float]
 
 
@@ -59,10 +62,22 @@ class SessionStats:
     superseded: int
     deleted: int
     pinned: int
+    expired: int
     live_tokens: int
     skipped_lines: int
     orphan_patches: int
     repairs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge removed from a session's log, and what it could not erase."""
+
+    entries: tuple[str, ...]
+    patches: int
+    unreadable: int
+    kept: int
+    folded: tuple[tuple[str, str], ...]  # (removed entry, live summary that folded its text)
 
 
 @dataclass(frozen=True)
@@ -133,12 +148,24 @@ def _pack_ranked(costs: npt.NDArray[np.int64], budget: int) -> Packed:
 class Session:
     """One session's journal replayed into memory and kept current with other writers."""
 
-    def __init__(self, directory: Path, meta: dict[str, Any], counter: TokenCounter) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        meta: dict[str, Any],
+        counter: TokenCounter,
+        clock: Clock = time.time,
+    ) -> None:
         self.dir = directory
         self.meta = meta
         self.counter = counter
+        self.clock = clock
         self.journal = Journal(directory / "entries.jsonl")
         self._analyzer = Analyzer()
+        self._clear()
+        self.repairs: list[str] = []  # what opening the session had to mend, for status
+
+    def _clear(self) -> None:
+        """Empty the replayed state, to replay a journal from its first line."""
         self._index = MemoryIndex()
         self._records: dict[str, dict[str, Any]] = {}
         self._order: list[str] = []  # entry ids by position in the index
@@ -146,13 +173,14 @@ class Session:
         self._pos: dict[str, int] = {}
         self._seqs = array("d")
         self._costs = array("q")
+        self._expires = array("d")  # expiry time per position; inf = never
         self._flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
         self._replacers: dict[str, list[str]] = {}  # entry id -> summaries that replace it
         self._explicit_superseded: dict[str, bool] = {}  # from patch records
         self._max_seq = 0
         self._orphans = 0
-        self._ratio_seen = counter.ratio
-        self.repairs: list[str] = []  # what opening the session had to mend, for status
+        self._ratio_seen = self.counter.ratio
+        self._generation = self.journal.generation
 
     @property
     def id(self) -> str:
@@ -168,11 +196,18 @@ class Session:
         """Read what any process appended since the last look."""
         if self.journal.changed():
             with self.journal.locked():
-                self._apply(self.journal.read_new())
+                self._catch_up()
         if self.counter.ratio != self._ratio_seen:  # calibration changed the ratio
             self._ratio_seen = self.counter.ratio
             for eid, rec in self._records.items():
                 rec["tokens"] = self._costs[self._pos[eid]] = self.counter.count(rec["text"])
+
+    def _catch_up(self) -> None:
+        """Apply what was appended since the last read (under the lock); replay a rewritten log."""
+        records = self.journal.read_new()
+        if self.journal.generation != self._generation:  # purged by some process
+            self._clear()
+        self._apply(records)
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
@@ -209,6 +244,7 @@ class Session:
         tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
         replaces = tuple(str(r) for r in raw_replaces) if isinstance(raw_replaces, list) else ()
         stamp = rec.get("created_at")  # a hand-edited line must not make the session unreadable
+        expires = rec.get("expires_at")
         state: dict[str, Any] = {
             "id": eid,
             "seq": seq,
@@ -221,6 +257,7 @@ class Session:
             "deleted": False,
             "superseded": False,
             "replaces": replaces,
+            "expires_at": float(expires) if isinstance(expires, int | float) else None,
         }
         self._records[eid] = state
         self._pos[eid] = len(self._order)
@@ -228,6 +265,7 @@ class Session:
         folded = [self._seqs[self._pos[r]] for r in replaces if r in self._pos]
         self._seqs.append(max(folded) + 0.5 if folded else float(seq))
         self._costs.append(state["tokens"])
+        self._expires.append(math.inf if state["expires_at"] is None else state["expires_at"])
         for key, flags in self._flags.items():
             flags.append(state[key])
         self._index.add(self._analyzer.counts(text + " " + " ".join(tags)))
@@ -250,18 +288,31 @@ class Session:
         self._records[eid][key] = value
         self._flags[key][self._pos[eid]] = value
 
-    def _entry(self, eid: str) -> Entry:
-        return Entry(**self._records[eid])
+    def _expired(self, rec: dict[str, Any], now: float) -> bool:
+        return rec["expires_at"] is not None and rec["expires_at"] <= now and not rec["pinned"]
 
-    def entries(self, *, include_superseded: bool = False) -> list[Entry]:
-        """Entries in chronological order: live ones, plus superseded ones if asked."""
+    def _entry(self, eid: str, now: float | None = None) -> Entry:
+        rec = self._records[eid]
+        by = tuple(s for s in self._replacers.get(eid, ()) if not self._records[s]["deleted"])
+        now = self.clock() if now is None else now
+        return Entry(**rec, expired=self._expired(rec, now), replaced_by=by)
+
+    def entries(
+        self, *, include_superseded: bool = False, include_hidden: bool = False
+    ) -> list[Entry]:
+        """Entries in time order: live ones, plus superseded ones, or every one if asked.
+
+        ``include_hidden`` adds deleted and expired entries too (for people inspecting
+        the log); ``include_superseded`` adds only entries folded into a summary.
+        """
         self.refresh()
+        now = self.clock()
         out = []
         for i in sorted(range(len(self._order)), key=self._seqs.__getitem__):
-            rec = self._records[self._order[i]]
-            if rec["deleted"] or (rec["superseded"] and not include_superseded):
-                continue
-            out.append(Entry(**rec))
+            entry = self._entry(self._order[i], now)
+            shown = entry.live or (include_superseded and entry.superseded)
+            if include_hidden or (shown and not entry.deleted and not entry.expired):
+                out.append(entry)
         return out
 
     def get(self, entry_id: str) -> Entry:
@@ -278,27 +329,35 @@ class Session:
         tags: Sequence[str] | None = None,
         pinned: bool = False,
         *,
+        ttl_days: float | None = None,
         now: float | None = None,
     ) -> Entry:
-        """Append one entry and return it."""
+        """Append one entry and return it; ``ttl_days`` makes an unpinned entry expire."""
         _check_text(text)
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}; not {role!r:.40}")
-        record = {
+        if ttl_days is not None and not (0 < ttl_days <= MAX_TTL_DAYS and math.isfinite(ttl_days)):
+            raise InvalidInput(
+                f"ttl_days must be above 0 and at most {MAX_TTL_DAYS}, not {ttl_days}"
+            )
+        created = self.clock() if now is None else now
+        record: dict[str, Any] = {
             "kind": "entry",
             "id": new_id("e"),
-            "created_at": time.time() if now is None else now,
+            "created_at": created,
             "role": role,
             "text": text,
             "tokens": self.counter.count(text),
             "tags": list(check_tags(tags)),
             "pinned": bool(pinned),
         }
+        if ttl_days is not None:
+            record["expires_at"] = created + ttl_days * DAY
         return self._write_entry(record)
 
     def _write_entry(self, record: dict[str, Any]) -> Entry:
         with self.journal.locked():
-            self._apply(self.journal.read_new())
+            self._catch_up()
             record["seq"] = self._max_seq + 1
             self.journal.write([record])
             self._apply([record])
@@ -316,7 +375,7 @@ class Session:
         if deleted is not None:
             patch["deleted"] = bool(deleted)
         with self.journal.locked():
-            self._apply(self.journal.read_new())
+            self._catch_up()
             if entry_id not in self._records:
                 raise NotFound(
                     f"no entry {entry_id!r} in session {self.id!r}; "
@@ -337,9 +396,15 @@ class Session:
             tuple(fold), min(keep_recent, len(unpinned)), len(live) - len(unpinned)
         )
 
-    def commit_summary(self, plan: CompactionPlan, text: str, method: str) -> Entry:
-        """Append the summary that replaces ``plan``'s entries, if they are all still live."""
-        record = {
+    def commit_summary(
+        self, plan: CompactionPlan, text: str, method: str, kept_facts: Sequence[str] = ()
+    ) -> Entry:
+        """Append the summary that replaces ``plan``'s entries, if they are all still live.
+
+        ``kept_facts`` are the facts of the originals the summary text had lost; the
+        caller has already appended them to ``text``, and the record lists them.
+        """
+        record: dict[str, Any] = {
             "kind": "entry",
             "id": new_id("s"),
             "created_at": time.time(),
@@ -350,11 +415,14 @@ class Session:
             "pinned": False,
             "replaces": [e.id for e in plan.entries],
         }
+        if kept_facts:
+            record["kept_facts"] = list(kept_facts)
         with self.journal.locked():
-            self._apply(self.journal.read_new())
+            self._catch_up()
+            now = self.clock()
             for e in plan.entries:
                 rec = self._records[e.id]
-                if rec["deleted"] or rec["superseded"] or rec["pinned"]:
+                if rec["deleted"] or rec["superseded"] or rec["pinned"] or self._expired(rec, now):
                     raise StorageError(
                         f"entry {e.id} changed while the summary was being written; "
                         "nothing was compacted. Call context_compact again"
@@ -363,6 +431,36 @@ class Session:
             self.journal.write([record])
             self._apply([record])
         return self._entry(str(record["id"]))
+
+    def uncompact(self, compaction_id: str) -> list[Entry]:
+        """Undo a compaction: retire its summary so the entries it folded are live again."""
+        with self.journal.locked():
+            self._catch_up()
+            rec = self._records.get(compaction_id)
+            if rec is None or not rec["replaces"]:
+                raise NotFound(
+                    f"no compaction {compaction_id!r} in session {self.id!r}; its id is the "
+                    "summary id context_compact returned (role summary in context_recall)"
+                )
+            if rec["deleted"]:
+                raise InvalidInput(
+                    f"compaction {compaction_id} is already undone; "
+                    "context_update(entry_id, delete=false) would redo it"
+                )
+            outer = [
+                s for s in self._replacers.get(compaction_id, ()) if not self._records[s]["deleted"]
+            ]
+            if outer:
+                raise InvalidInput(
+                    f"summary {compaction_id} was itself folded into {outer[0]}; "
+                    f"call context_uncompact with compaction_id={outer[0]!r} first"
+                )
+            patch = {"kind": "patch", "id": compaction_id, "deleted": True, "uncompacted": True}
+            self.journal.write([patch])
+            self._apply([patch])
+            now = self.clock()
+            restored = [self._entry(eid, now) for eid in rec["replaces"] if eid in self._records]
+        return [e for e in restored if e.live]
 
     def recall(
         self,
@@ -380,6 +478,7 @@ class Session:
         seqs = np.array(self._seqs, dtype=np.float64)
         pinned_mask = np.frombuffer(self._flags["pinned"], dtype=np.bool_).copy()
         mask = np.frombuffer(self._flags["deleted"], dtype=np.bool_) == 0
+        mask &= (np.array(self._expires, dtype=np.float64) > self.clock()) | pinned_mask
         if not include_superseded:
             mask &= np.frombuffer(self._flags["superseded"], dtype=np.bool_) == 0
         if wanted:
@@ -405,26 +504,74 @@ class Session:
             ranked = ranked[:limit]
         packed = _pack_ranked(np.array(self._costs, dtype=np.int64)[ranked], budget)
         chosen = sorted((int(ranked[k]) for k in packed.items), key=lambda i: seqs[i])
-        entries = tuple(self._entry(self._order[i]) for i in chosen)
+        now = self.clock()
+        entries = tuple(self._entry(self._order[i], now) for i in chosen)
         score_map = {self._order[i]: float(scores[i]) for i in chosen}
         return Recall(entries, candidates, packed, score_map, candidates - len(ranked))
 
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""
         self.refresh()
+        now = self.clock()
         recs = self._records.values()
-        live = [r for r in recs if not r["deleted"] and not r["superseded"]]
+        expired = [r for r in recs if not r["deleted"] and self._expired(r, now)]
+        live = [r for r in recs if not (r["deleted"] or r["superseded"] or self._expired(r, now))]
         return SessionStats(
             total=len(self._records),
             live=len(live),
             superseded=sum(1 for r in recs if r["superseded"] and not r["deleted"]),
             deleted=sum(1 for r in recs if r["deleted"]),
             pinned=sum(1 for r in live if r["pinned"]),
+            expired=len(expired),
             live_tokens=sum(r["tokens"] for r in live),
             skipped_lines=self.journal.skipped,
             orphan_patches=self._orphans,
             repairs=tuple(self.repairs),
         )
+
+    def purge(self, *, dry_run: bool = False) -> Purged:
+        """Rewrite the log without deleted or expired entries (and their patches), atomically.
+
+        Everything else is kept as it was written, so pins, compactions and their
+        originals survive. A removed entry that a live summary folded may still be
+        paraphrased in that summary's text: the result names those pairs.
+        """
+        with self.journal.locked():
+            self._catch_up()
+            now = self.clock()
+            gone = {
+                eid
+                for eid, rec in self._records.items()
+                if rec["deleted"] or self._expired(rec, now)
+            }
+            records = self.journal.read_all()
+            kept: list[dict[str, Any]] = []
+            patches = unknown = 0
+            for rec in records:
+                kind, target = rec.get("kind"), str(rec.get("id"))
+                if kind == "patch" and (target in gone or target not in self._records):
+                    patches += 1
+                elif kind == "entry" and target in gone:
+                    continue
+                elif kind in {"entry", "patch"}:
+                    if isinstance(rec.get("replaces"), list):
+                        rec = {**rec, "replaces": [r for r in rec["replaces"] if r not in gone]}
+                    kept.append(rec)
+                else:
+                    unknown += 1
+            unreadable = self.journal.skipped + unknown
+            folded = tuple(
+                (eid, s)
+                for eid in sorted(gone)
+                for s in self._replacers.get(eid, ())
+                if s not in gone and not self._records[s]["deleted"]
+            )
+            result = Purged(tuple(sorted(gone)), patches, unreadable, len(kept), folded)
+            if not dry_run:
+                self.journal.rewrite(kept)
+                self._clear()
+                self._catch_up()
+        return result
 
     def updated_at(self) -> float:
         """Last change: the journal's mtime, or the time meta.json says (a rename)."""
@@ -434,9 +581,10 @@ class Session:
 class SessionStore:
     """All sessions under ``<data>/sessions``; sessions are loaded once and kept current."""
 
-    def __init__(self, data_dir: Path, counter: TokenCounter) -> None:
+    def __init__(self, data_dir: Path, counter: TokenCounter, clock: Clock = time.time) -> None:
         self.root = data_dir / "sessions"
         self.counter = counter
+        self.clock = clock
         self._open: dict[str, Session] = {}
 
     def ids(self) -> list[str]:
@@ -474,7 +622,7 @@ class SessionStore:
         meta["id"] = sid
         session = self._open.get(sid)
         if session is None:
-            session = self._open[sid] = Session(directory, meta, self.counter)
+            session = self._open[sid] = Session(directory, meta, self.counter, self.clock)
         else:
             session.meta = meta
         if repair:

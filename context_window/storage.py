@@ -106,19 +106,15 @@ class Journal:
         self._thread_lock = threading.RLock()
         self._fd: int | None = None
         self._depth = 0
+        self._ident: tuple[int, int] | None = None  # (device, inode) of the file last read
+        self.generation = 0  # bumped when the file was replaced (a purge): replay from 0
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the in-process and the cross-process lock (re-entrant within a thread)."""
         with self._thread_lock:
             if self._depth == 0:
-                try:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-                except OSError as exc:
-                    raise StorageError(f"cannot open {self.path}: {exc.strerror}") from exc
-                _lock_fd(fd)
-                self._fd = fd
+                self._fd = self._open_locked()
             self._depth += 1
             try:
                 yield
@@ -129,12 +125,82 @@ class Journal:
                     os.close(self._fd)
                     self._fd = None
 
+    def _open_locked(self) -> int:
+        """Open and lock the file now at ``path``, retrying if it was replaced meanwhile."""
+        while True:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as exc:
+                raise StorageError(f"cannot open {self.path}: {exc.strerror}") from exc
+            _lock_fd(fd)
+            held = os.fstat(fd)
+            try:
+                current = self.path.stat()
+            except FileNotFoundError:
+                current = None
+            if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+                _unlock_fd(fd)  # a rewrite renamed a new file in while we waited
+                os.close(fd)
+                continue
+            ident = (held.st_dev, held.st_ino)
+            if self._ident is not None and ident != self._ident:
+                self._offset = 0  # a different file: everything in it is new to us
+                self.skipped = 0
+                self.generation += 1
+            self._ident = ident
+            return fd
+
     def changed(self) -> bool:
-        """Whether the file holds bytes not yet read (cheap stat, no lock)."""
+        """Whether the file holds bytes not yet read, or was replaced (cheap stat, no lock)."""
         try:
-            return self.path.stat().st_size != self._offset
+            st = self.path.stat()
         except FileNotFoundError:
             return self._offset != 0
+        if self._ident is not None and (st.st_dev, st.st_ino) != self._ident:
+            return True
+        return st.st_size != self._offset
+
+    def read_all(self) -> list[dict[str, Any]]:
+        """Every readable record from the start of the file; call under :meth:`locked`."""
+        self._offset, self.skipped = 0, 0
+        return self.read_new()
+
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the whole file with ``records`` atomically; call under :meth:`locked`.
+
+        The new file is written and fsynced beside the old one and renamed over it
+        while the old one's lock is held; other processes notice the new inode when
+        they next lock it and replay from the start.
+        """
+        assert self._fd is not None, "rewrite needs the lock"
+        payload = b"".join(_line(r) for r in records)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+        )
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            Path(tmp).replace(self.path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                Path(tmp).unlink()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot rewrite {self.path}: {exc.strerror}") from exc
+            raise
+        _fsync_dir(self.path.parent)
+        new_fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        _lock_fd(new_fd)  # nobody else can hold it yet: they retry on the old inode's lock
+        old_fd, self._fd = self._fd, new_fd
+        _unlock_fd(old_fd)
+        os.close(old_fd)
+        st = os.fstat(new_fd)
+        self._ident = (st.st_dev, st.st_ino)
+        self._offset = 0  # the caller replays the new file (and any append that beat us to it)
+        self.skipped = 0
+        self.generation += 1
 
     def read_new(self) -> list[dict[str, Any]]:
         """Records appended since the last read; call under :meth:`locked`."""
@@ -166,10 +232,7 @@ class Journal:
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records as whole lines in one write(); call locked, after read_new."""
         assert self._fd is not None, "write needs the lock"
-        payload = b"".join(
-            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            for r in records
-        )
+        payload = b"".join(_line(r) for r in records)
         if self._offset and os.pread(self._fd, 1, self._offset - 1) != b"\n":
             payload = b"\n" + payload  # close off a torn line left by a crash
         try:
@@ -179,3 +242,19 @@ class Journal:
         if written != len(payload):
             raise StorageError(f"short write to {self.path}: {written} of {len(payload)} bytes")
         self._offset += written
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    """One record as a JSONL line."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
+    if sys.platform == "win32":  # pragma: no cover
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

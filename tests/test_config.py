@@ -46,6 +46,7 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
         "CTX_HTTP_PORT": "8080",
         "CTX_HTTP_TOKEN": "t",
         "CTX_AUDIT": "off",
+        "CTX_TOOLS": "sessions",
     }
     assert set(env) == set(ENV_VARS.values())
     s = load_settings(environ=env)
@@ -54,7 +55,7 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
     assert (s.llm_base_url, s.llm_model, s.llm_api_key) == ("https://llm.example/v1", "smol", "k")
     assert (s.llm_timeout, s.llm_enabled) == (7.5, False)
     assert (s.budget, s.chunk_tokens, s.chunk_overlap, s.token_ratio) == (2000, 400, 0, 0.3)
-    assert s.max_file_mb == 64
+    assert s.max_file_mb == 64 and s.tools == "sessions"
     assert (s.transport, s.host, s.port, s.http_token, s.audit) == (
         "http",
         "0.0.0.0",

@@ -208,7 +208,7 @@ async def test_status_reports_counts_counting_and_storage_problems(
         _, b = await ok(c, "context_append", session_id="s", text="second")
         await ok(c, "context_update", session_id="s", entry_id=b["entry_id"], delete=True)
         text, data = await ok(c, "context_status", session_id="s")
-        assert "1 live, 0 superseded, 1 deleted, 1 pinned" in text
+        assert "1 live, 0 superseded, 0 expired, 1 deleted, 1 pinned" in text
         assert "Token counts: estimated" in text
         assert "Summaries: extractive (LLM disabled)" in text
         assert "Within budget." in text and "Storage:" not in text

@@ -340,7 +340,12 @@ async def test_compaction_folds_old_entries_and_keeps_originals(service: Service
     assert c.summary.method == "extractive"
     assert "disabled" in c.summary.reason
     assert c.entry.role == "summary" and c.entry.replaces == tuple(folded)
-    assert c.summary.tokens <= 60
+    prose, _, facts = c.summary.text.partition("\nKept facts: ")
+    assert service.counter.count(prose) <= 60  # target_tokens bounds the summary's prose
+    # Every path, number and identifier the prose dropped is appended, none twice.
+    assert facts.split("; ") == list(c.kept_facts) and c.kept_facts
+    for i in (0, 2, 3, 4, 5):
+        assert f"/srv/app/{i}/config.yaml" in c.summary.text and f"CW-{100 + i}" in c.summary.text
     assert c.tokens_freed == c.plan.tokens - c.summary.tokens > 0
     live = s.entries()
     # The summary stands where the newest folded entry stood, before the kept ones.
@@ -354,7 +359,7 @@ async def test_compaction_folds_old_entries_and_keeps_originals(service: Service
     assert not set(folded) & {e.id for e in s.recall(None, 100_000).entries}
     # Extractive: only sentences of the folded entries (as rendered "role: text") appear.
     sentences = {x.strip() for t in LONG[:8] for x in split_sentences(f"note: {t}")}
-    picked = split_sentences(c.summary.text)
+    picked = split_sentences(prose)
     assert picked and all(x.strip() in sentences for x in picked)
 
 

@@ -105,12 +105,14 @@ class Fixture:
         (self.ingest / "sub").mkdir()
         (self.outside / "secret.txt").write_text("outside secret")
         self.entry_id = ""
+        self.compaction_id = ""
 
     def valid(self, tool: str, name: str, schema: dict[str, Any]) -> Any:
         """A valid value for a required argument."""
         known = {
             "session_id": SESSION,
             "entry_id": self.entry_id,
+            "compaction_id": self.compaction_id,
             "doc_id": DOC,
             "text": "hello world",
             "query": "hello",
@@ -134,6 +136,8 @@ class Fixture:
         }
         if tool["name"] == "context_update":
             args["pinned"] = True
+        if tool["name"] == "context_compact":
+            args["dry_run"] = True  # keep the one compaction context_uncompact's base call undoes
         if tool["name"] == "doc_window":
             args["reset"] = True  # the cursor moves on every call; start from chunk 0
         if tool["name"] == "doc_ingest" and "text" not in args and "file_path" not in args:
@@ -154,6 +158,8 @@ def generated_cases(fx: Fixture, tool: dict[str, Any]) -> list[Case]:
     for prop, ps in props.items():
         types = allowed_types(ps)
         for v in wrong_values(ps):
+            if v is None and prop not in schema.get("required", []):
+                continue  # tools/list publishes T for T | None: an explicit null means omitted
             cases.append(Case(name, {**base, prop: v}, f"{prop}: wrong type {v!r:.20}"))
         lo, hi = bounds(ps)
         if lo is not None:
@@ -266,6 +272,13 @@ async def sweep(root: Path) -> dict[str, Any]:
         app = await client.call_tool("context_append", {"session_id": SESSION, "text": "hello"})
         assert app.structured_content is not None
         fx.entry_id = app.structured_content["entry_id"]
+        for text in ("first note to fold", "second note to fold"):
+            await client.call_tool("context_append", {"session_id": SESSION, "text": text})
+        compacted = await client.call_tool(
+            "context_compact", {"session_id": SESSION, "keep_recent": 1}
+        )
+        assert compacted.structured_content is not None, compacted.content
+        fx.compaction_id = compacted.structured_content["compaction_id"]
         listed = (await client.list_tools()).tools
         tools: dict[str, dict[str, Any]] = {
             t.name: {"name": t.name, "inputSchema": t.input_schema} for t in listed

@@ -221,13 +221,15 @@ def test_cli_doctor_subprocess(data_dir: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert "torn last line" in done.stdout
-    assert done.stdout.splitlines()[-1].startswith("1 problem(s) found")
+    assert done.stdout.splitlines()[-2].startswith("1 problem(s) found")
+    assert done.stdout.splitlines()[-1].startswith("tool schemas (tools/list): ~")
 
 
 def test_doctor_beside_a_live_writer(data_dir: Path) -> None:
     """Lines being written by a live server are never reported as torn."""
     proc = writer("append", str(data_dir), "live", "3")
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    assert proc.stdout.readline().startswith(b"A ")  # at least one entry before the audits
     try:
         for _ in range(40):
             report = audit(data_dir)

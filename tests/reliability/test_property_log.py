@@ -59,13 +59,17 @@ class Model:
     order: list[str] = field(default_factory=list)
     pinned: dict[str, bool] = field(default_factory=dict)
     deleted: dict[str, bool] = field(default_factory=dict)
-    superseded: dict[str, bool] = field(default_factory=dict)
+    folded_by: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, entry: Entry) -> None:
         self.order.append(entry.id)
         self.pinned[entry.id] = entry.pinned
         self.deleted[entry.id] = False
-        self.superseded[entry.id] = False
+        self.folded_by[entry.id] = []
+
+    def superseded(self, eid: str) -> bool:
+        """Folded into a summary that is not deleted (deleting a summary restores its originals)."""
+        return any(not self.deleted[s] for s in self.folded_by[eid])
 
 
 def full_state(service: Service, ids: list[str]) -> list[Entry]:
@@ -96,9 +100,10 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
             if done.entry is not None:
                 for folded in done.plan.entries:
                     assert not (model.pinned[folded.id] or model.deleted[folded.id])
-                    assert not model.superseded[folded.id]
-                    model.superseded[folded.id] = True
+                    assert not model.superseded(folded.id)
                 model.add(done.entry)
+                for folded in done.plan.entries:
+                    model.folded_by[folded.id].append(done.entry.id)
         elif op[0] == "restart":
             service = service_for(data)
     before = full_state(service, model.order)
@@ -107,7 +112,7 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
     for e in after:
         assert e.pinned == model.pinned[e.id], e
         assert e.deleted == model.deleted[e.id], e
-        assert e.superseded == model.superseded[e.id], e
+        assert e.superseded == model.superseded(e.id), e
     assert [e.seq for e in after] == sorted({e.seq for e in after})
     stats = service_for(data).session("prop").stats()
     assert (stats.skipped_lines, stats.orphan_patches) == (0, 0)

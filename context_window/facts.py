@@ -1,0 +1,71 @@
+"""Hard facts in notes (URLs, paths, identifiers, numbers) and which of them a summary lost.
+
+A summary may paraphrase prose freely, but a port number, a file path or a
+function name that it drops is gone for good from the live session. Compaction
+uses :func:`lost_facts` to find those and keeps them beside the summary.
+"""
+
+from __future__ import annotations
+
+import regex
+
+_URL = r"\b(?:https?|ftp|file)://[^\s<>\"'`]+"
+_EMAIL = r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"
+# Paths: rooted (/a, ~/a, ./a, ../a, C:\a) or relative with at least one separator.
+_PATH = (
+    r"(?:(?<![\w/])(?:~|\.{1,2})?/[\w.@%+-]+(?:/[\w.@%+-]*)*)"
+    r"|(?:\b[A-Za-z]:\\[\w.\\-]*\w)"
+    r"|(?:\b[\w.@%+-]+(?:/[\w.@%+-]+)+)"
+)
+# Identifiers: code-shaped words a paraphrase would not reproduce.
+_IDENT = (
+    r"(?:(?<![\w-])--?[A-Za-z][\w-]+)"  # --flags
+    r"|(?:\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w*)+(?:\(\))?)"  # dotted.names, file.ext, call()
+    r"|(?:\b\w*_\w+\b)"  # snake_case, CONSTANT_NAME
+    r"|(?:\b[a-z]+[A-Z]\w*\b)"  # camelCase
+    r"|(?:\b[A-Z][a-z0-9]+[A-Z]\w*\b)"  # PascalCase with an inner capital
+    r"|(?:\b[A-Z]{2,}[a-z]\w*\b)"  # an acronym run into a word: HTTPServer
+    r"|(?:\b[A-Za-z]+-\d[\w-]*)"  # tickets and versions: CW-102, py-3.11
+    r"|(?:\b(?=\w*\d)(?=\w*[A-Za-z])\w{3,}\b)"  # letters and digits: e1a2b3, HTTP404, v2
+)
+_NUMBER = r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?(?![\w])"
+_FACT = regex.compile(
+    f"(?P<url>{_URL})|(?P<email>{_EMAIL})|(?P<path>{_PATH})"
+    f"|(?P<ident>{_IDENT})|(?P<number>{_NUMBER})"
+)
+_TRAILING = ".,;:!?)]}'\""
+
+
+def extract(text: str) -> list[str]:
+    """The URLs, e-mail addresses, paths, identifiers and numbers in ``text``, first seen first."""
+    seen: dict[str, None] = {}
+    for match in _FACT.finditer(text):
+        fact = match.group(0)
+        if match.lastgroup in {"url", "path"}:
+            fact = fact.rstrip(_TRAILING)
+        if len(fact) >= 2 or (match.lastgroup == "number" and fact.isdigit()):
+            seen.setdefault(fact, None)
+    return list(seen)
+
+
+def lost_facts(originals: str, summary: str) -> list[str]:
+    """Facts of ``originals`` that ``summary`` does not contain verbatim, in order of appearance."""
+    return [fact for fact in extract(originals) if not _contains(summary, fact)]
+
+
+def _contains(text: str, fact: str) -> bool:
+    """Whether ``fact`` occurs in ``text`` as a whole token (not inside a longer word or number)."""
+    start = text.find(fact)
+    while start >= 0:
+        before = text[start - 1] if start else " "
+        end = start + len(fact)
+        after = text[end] if end < len(text) else " "
+        if not (_joins(before, fact[0]) or _joins(after, fact[-1])):
+            return True
+        start = text.find(fact, start + 1)
+    return False
+
+
+def _joins(neighbour: str, edge: str) -> bool:
+    """Whether ``neighbour`` would make ``edge`` part of a longer word or number."""
+    return (neighbour.isalnum() and edge.isalnum()) or neighbour == "_"

@@ -1,0 +1,93 @@
+"""Compactions through a real mcp.Client: ids, kept facts, include_superseded, undo and redo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import SettingsFactory, client
+from test_session_tools import LONG, error, ok
+
+from context_window.service import Service
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        ids = [(await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"] for t in LONG]
+        text, data = await ok(c, "context_compact", session_id="s", keep_recent=2, target_tokens=60)
+        cid = data["compaction_id"]
+        assert cid and data["folded"] == 10
+        # Every path and ticket of the folded notes survives in the live summary.
+        kept = data["kept_facts"]
+        assert kept and data["facts_not_kept"] == 0
+        assert f"appended to it: {'; '.join(kept[:30])}" in text
+        assert f"context_uncompact(compaction_id={cid!r})" in text
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        summary = next(e for e in rec["entries"] if e["id"] == cid)
+        for i in range(10):
+            assert f"/srv/app/{i}/config.yaml" in summary["text"]
+            assert f"CW-{100 + i}" in summary["text"] and f"limit_{i}" in summary["text"]
+        assert summary["replaces"] == ids[:10]
+        # Recall finds a fact only the appended list carries, through the summary.
+        _, hit = await ok(c, "context_recall", session_id="s", query="limit_7", limit=1)
+        assert [e["id"] for e in hit["entries"]] == [cid]
+        # include_superseded shows the originals, each naming the summary that folded it.
+        text, rec = await ok(
+            c, "context_recall", session_id="s", budget_tokens=100_000, include_superseded=True
+        )
+        originals = {e["id"]: e for e in rec["entries"] if e["superseded"]}
+        assert sorted(originals) == sorted(ids[:10])
+        assert all(e["replaced_by"] == [cid] for e in originals.values())
+        assert f"(superseded by {cid})" in text
+
+        text, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=cid)
+        assert undo["restored"] == ids[:10]
+        assert text.startswith(f"Undid compaction {cid}: 10 entries are live again")
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert [e["id"] for e in rec["entries"]] == ids  # live again, in their places; no summary
+        assert not any(e["superseded"] for e in rec["entries"])
+        # Undoing twice is an error that says how to redo instead.
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=cid)
+        assert "already undone" in msg and "delete=false" in msg
+        # Redo: restoring the retired summary folds the originals again.
+        await ok(c, "context_update", session_id="s", entry_id=cid, delete=False)
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert [e["id"] for e in rec["entries"]] == [cid, *ids[10:]]
+
+
+async def test_uncompact_refuses_what_it_cannot_undo(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        ids = [(await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"] for t in LONG]
+        _, first = await ok(c, "context_compact", session_id="s", keep_recent=6)
+        _, second = await ok(c, "context_compact", session_id="s", keep_recent=2)
+        inner, outer = first["compaction_id"], second["compaction_id"]
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=inner)
+        assert f"folded into {outer}" in msg and f"compaction_id={outer!r}" in msg
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=ids[0])
+        assert f"no compaction {ids[0]!r}" in msg
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id="nosuch")
+        assert "no compaction 'nosuch'" in msg
+        # Outer first, then inner: every original is live again.
+        await ok(c, "context_uncompact", session_id="s", compaction_id=outer)
+        _, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=inner)
+        assert undo["restored"] == ids[:6]
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert [e["id"] for e in rec["entries"]] == ids
+
+
+async def test_an_undo_survives_a_restart(settings: SettingsFactory, tmp_path: Path) -> None:
+    s = settings()
+    async with client(s) as c:
+        await ok(c, "context_open", session_id="s")
+        for t in LONG[:6]:
+            await ok(c, "context_append", session_id="s", text=t)
+        _, data = await ok(c, "context_compact", session_id="s", keep_recent=1)
+        await ok(c, "context_uncompact", session_id="s", compaction_id=data["compaction_id"])
+    fresh = Service(s).sessions.get("s")
+    assert len(fresh.entries()) == 6 and fresh.stats().live == 6
+    retired = fresh.get(data["compaction_id"])
+    assert retired.deleted and not retired.live
