@@ -13,9 +13,11 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from context_window.adapters import guarded, result
+from context_window.docfresh import CHANGED, MISSING, SourceState
+from context_window.docprogress import ingest_in_thread
+from context_window.docreingest import describe
 from context_window.docsummary import DocSummary, chunk_lines, summarize_range
-from context_window.doctables import DocInfo, Ingested, Window
-from context_window.documents import ingest_in_thread
+from context_window.doctables import DocInfo, Ingested, Kept, Window
 from context_window.models import Chunk, Hit
 from context_window.packing import pack
 from context_window.service import Service
@@ -100,10 +102,46 @@ def render_ingest(done: Ingested) -> str:
         f"{verb} doc {d.id} ({d.title}): {d.chars:,} chars, ~{d.tokens:,} tokens, "
         f"{d.chunks} chunks in {done.seconds:.1f}s."
     ]
+    if done.kept is not None:
+        lines.append(f"{describe(done.kept)}; cursor at {d.cursor}.")
     if done.duplicate_of:
         lines.append(f"Note: same content as doc {done.duplicate_of}.")
     lines.append(f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})")
     return "\n".join(lines)
+
+
+def kept_data(kept: Kept | None) -> dict[str, Any]:
+    """What a replacing ingest kept, as structured content (empty for a new document)."""
+    if kept is None:
+        return {}
+    ranges = []
+    if kept.prefix:
+        ranges.append([0, kept.prefix - 1])
+    if kept.tail:
+        ranges.append([kept.tail_old + kept.shift, kept.new_chunks - 1])
+    return {
+        "unchanged": kept.unchanged,
+        "changed": kept.new_chunks - kept.unchanged,
+        "unchanged_ranges": ranges,
+        "previous_chunks": kept.old_chunks,
+    }
+
+
+def render_doc_line(d: DocInfo, state: SourceState, sessions: int) -> str:
+    """One doc_list line, with a second line saying how to refresh a stale source."""
+    cursors = f" (+{sessions} session cursors)" if sessions else ""
+    line = (
+        f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
+        f"cursor {d.cursor}{cursors}, ingested {_when(d.created_at)}"
+    )
+    if state.state == CHANGED:
+        line += (
+            f"\n    STALE: source changed since ingest ({state.reason}); re-ingest with "
+            f"doc_ingest(file_path={d.source!r}, doc_id={d.id!r})"
+        )
+    elif state.state == MISSING:
+        line += f"\n    SOURCE MISSING: {d.source} is gone; this copy still works"
+    return line
 
 
 def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, int]]:
@@ -148,6 +186,7 @@ def hit_header(hit: Hit, with_id: bool = False) -> str:
 def render_window(w: Window, budget: int) -> str:
     """doc_window's text: a header, then each chunk under its index and heading."""
     d = w.doc
+    call = f"doc_id={d.id!r}" + (f", session_id={w.session_id!r}" if w.session_id else "")
     if not w.chunks:
         return (
             f"end of document; reset=true to start over, or pass from=N "
@@ -156,7 +195,7 @@ def render_window(w: Window, budget: int) -> str:
     first, last = w.chunks[0].index, w.chunks[-1].index
     head = (
         f"{d.title} [{first}-{last}] of {d.chunks} chunks · {w.used_tokens}/{budget} tokens · "
-        + ("end of document" if w.at_end else f"next: doc_window(doc_id={d.id!r}) from {w.cursor}")
+        + ("end of document" if w.at_end else f"next: doc_window({call}) from {w.cursor}")
     )
     if w.truncated:
         head += (
@@ -209,6 +248,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "reused": done.reused,
             "replaced": done.replaced,
             "seconds": round(done.seconds, 3),
+            **kept_data(done.kept),
             "next": ["doc_outline", "doc_search"],
         }
         return result(render_ingest(done), data)
@@ -314,11 +354,15 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         to: Annotated[int | None, Field(ge=0, description="Last chunk (inclusive)")] = None,
         budget_tokens: Budget = None,
         reset: Annotated[bool, Field(description="Start again at chunk 0")] = False,
+        session_id: Annotated[
+            str | None, Field(description="context_open id: page with your own cursor")
+        ] = None,
     ) -> CallToolResult:
         budget = budget_tokens or budget_default
-        w = store.window(doc_id, from_, to, budget, reset)
+        w = store.window(doc_id, from_, to, budget, reset, session_id)
         data = {
             "doc_id": w.doc.id,
+            "session_id": w.session_id,
             "chunks": [chunk_data(c) for c in w.chunks],
             "cursor": w.cursor,
             "total_chunks": w.doc.chunks,
@@ -364,18 +408,23 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @guarded("doc_list", audit)
     async def doc_list() -> CallToolResult:
         docs = store.all()
+        states = [store.source_state(d) for d in docs]
+        sessions = [store.session_cursors(d) for d in docs]
         if not docs:
             text = "No documents yet. Call doc_ingest(text=... or file_path=...)."
         else:
             text = "\n".join(
                 [f"{len(docs)} documents (newest first):"]
                 + [
-                    f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
-                    f"cursor {d.cursor}, ingested {_when(d.created_at)}"
-                    for d in docs
+                    render_doc_line(d, st, len(c))
+                    for d, st, c in zip(docs, states, sessions, strict=True)
                 ]
             )
-        return result(text, {"documents": [doc_data(d) for d in docs]})
+        listed = [
+            {**doc_data(d), "source_state": st.state, "session_cursors": c}
+            for d, st, c in zip(docs, states, sessions, strict=True)
+        ]
+        return result(text, {"documents": listed})
 
     @app.tool(
         annotations=DESTROYS,
