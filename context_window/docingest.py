@@ -62,6 +62,7 @@ class BuildSpec:
     chunk_overlap: int
     ratio: float
     max_chars: int
+    mtime_ns: int | None = None  # a file source's mtime, recorded to tell when it changes
 
 
 def no_progress(_fraction: float, _message: str) -> None:
@@ -131,6 +132,8 @@ def build(
         "chunk_overlap": spec.chunk_overlap,
         "ratio": spec.ratio,
     }
+    if spec.mtime_ns is not None:
+        meta["source_stat"] = {"size": n_bytes, "mtime_ns": spec.mtime_ns}
     progress(0.98, "writing meta.json")
     write_json_atomic(directory / "meta.json", meta)  # last: its presence marks completion
     return meta

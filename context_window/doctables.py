@@ -35,6 +35,7 @@ class DocInfo:
     created_at: float
     ratio: float
     summary: dict[str, Any] | None
+    source_stat: tuple[int, int] | None = None  # (size, mtime_ns) of a file source at ingest
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> DocInfo:
@@ -52,7 +53,47 @@ class DocInfo:
             created_at=float(meta.get("created_at", 0.0)),
             ratio=float(meta.get("ratio", 0.27)),
             summary=summary if isinstance(summary, dict) else None,
+            source_stat=_stat(meta.get("source_stat")),
         )
+
+
+def _stat(value: Any) -> tuple[int, int] | None:
+    """``(size, mtime_ns)`` from meta's source_stat; None when absent or not valid."""
+    if not isinstance(value, dict):
+        return None
+    size, mtime = value.get("size"), value.get("mtime_ns")
+    if isinstance(size, int) and isinstance(mtime, int):
+        return size, mtime
+    return None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Which chunks a re-ingest left unchanged: a leading run, and a trailing run that moved.
+
+    Chunks ``0..prefix-1`` kept their index and text. The last ``tail`` chunks kept
+    their text; old chunk ``tail_old + k`` is new chunk ``tail_old + shift + k``.
+    """
+
+    old_chunks: int
+    new_chunks: int
+    prefix: int
+    tail: int
+    tail_old: int
+    shift: int
+
+    @property
+    def unchanged(self) -> int:
+        """How many chunks of the new document have the text of an old one."""
+        return self.prefix + self.tail
+
+    def carry(self, cursor: int) -> int:
+        """Where an old cursor points in the new document (rules in ``docreingest``)."""
+        if cursor <= self.prefix:
+            return min(cursor, self.new_chunks)
+        if self.tail and cursor >= self.tail_old:
+            return min(cursor + self.shift, self.new_chunks)
+        return self.prefix
 
 
 @dataclass(frozen=True)
@@ -64,6 +105,7 @@ class Ingested:
     reused: bool
     replaced: bool
     seconds: float
+    kept: Kept | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +118,7 @@ class Window:
     cursor: int
     at_end: bool
     used_tokens: int
+    session_id: str | None = None
 
 
 class Tables:

@@ -1,22 +1,31 @@
-"""The document tools: thin adapters from MCP calls to the document store, and their views."""
+"""The document tools: thin adapters from MCP calls to the document store (views in docviews)."""
 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Annotated, Any, ParamSpec
+from typing import Annotated, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from context_window.adapters import guarded, result
-from context_window.docsummary import DocSummary, chunk_lines, summarize_range
-from context_window.doctables import DocInfo, Ingested, Window
-from context_window.documents import ingest_in_thread
-from context_window.models import Chunk, Hit
+from context_window.docprogress import ingest_in_thread
+from context_window.docsummary import chunk_lines, summarize_range
+from context_window.docviews import (
+    chunk_data,
+    collapse,
+    doc_data,
+    excerpt,
+    hit_header,
+    kept_data,
+    render_doc_line,
+    render_ingest,
+    render_summary,
+    render_window,
+)
 from context_window.packing import pack
 from context_window.service import Service
 
@@ -47,77 +56,6 @@ def from_keyword(
     return wrapper
 
 
-def excerpt(text: str, query: str, before: int = 2) -> str:
-    """``text`` from a little before its first line that holds a word of ``query``."""
-    words = [w for w in query.lower().split() if len(w) > 1]
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        low = line.lower()
-        if any(w in low for w in words):
-            return "\n".join(lines[max(0, i - before) :])
-    return text
-
-
-def doc_data(doc: DocInfo) -> dict[str, Any]:
-    """A document's metadata as structured content."""
-    return {
-        "id": doc.id,
-        "title": doc.title,
-        "source": doc.source,
-        "sha256": doc.sha256,
-        "chars": doc.chars,
-        "chunks": doc.chunks,
-        "tokens": doc.tokens,
-        "cursor": doc.cursor,
-        "created_at": doc.created_at,
-        "summary_cached": doc.summary is not None,
-    }
-
-
-def chunk_data(chunk: Chunk) -> dict[str, Any]:
-    """A chunk as structured content."""
-    return {
-        "index": chunk.index,
-        "text": chunk.text,
-        "tokens": chunk.tokens,
-        "start": chunk.start,
-        "end": chunk.end,
-        "heading": chunk.heading,
-    }
-
-
-def render_ingest(done: Ingested) -> str:
-    """doc_ingest's text: id, size, and what to call next."""
-    d = done.doc
-    if done.reused:
-        return (
-            f"Same content as doc {d.id} ({d.title}), already ingested: returned it, no copy "
-            f"made. {d.chars:,} chars, ~{d.tokens:,} tokens, {d.chunks} chunks.\n"
-            f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})"
-        )
-    verb = "Replaced" if done.replaced else "Ingested"
-    lines = [
-        f"{verb} doc {d.id} ({d.title}): {d.chars:,} chars, ~{d.tokens:,} tokens, "
-        f"{d.chunks} chunks in {done.seconds:.1f}s."
-    ]
-    if done.duplicate_of:
-        lines.append(f"Note: same content as doc {done.duplicate_of}.")
-    lines.append(f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})")
-    return "\n".join(lines)
-
-
-def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, int]]:
-    """Runs of consecutive chunks with the same heading trail: (first, last, trail, tokens)."""
-    runs: list[tuple[int, int, str, int]] = []
-    for i, trail, tokens in entries:
-        if runs and runs[-1][2] == trail and runs[-1][1] == i - 1:
-            first, _, _, total = runs[-1]
-            runs[-1] = (first, i, trail, total + tokens)
-        else:
-            runs.append((i, i, trail, tokens))
-    return runs
-
-
 def fit_lines(header: str, lines: list[str], budget: int, service: Service) -> str:
     """``header`` and as many of ``lines`` as fit ``budget`` tokens, saying how many did not."""
     count = service.counter.count
@@ -136,46 +74,6 @@ def fit_lines(header: str, lines: list[str], budget: int, service: Service) -> s
             "(use max_chunks, doc_window or doc_search)"
         )
     return "\n".join(out)
-
-
-def hit_header(hit: Hit, with_id: bool = False) -> str:
-    """``--- title [i] heading · score ---`` (the doc id after the title when asked)."""
-    heading = f" {hit.chunk.heading}" if hit.chunk.heading else ""
-    title = f"{hit.title} ({hit.doc_id})" if with_id else hit.title
-    return f"--- {title} [{hit.chunk.index}]{heading} · {hit.score:.2f} ---"
-
-
-def render_window(w: Window, budget: int) -> str:
-    """doc_window's text: a header, then each chunk under its index and heading."""
-    d = w.doc
-    if not w.chunks:
-        return (
-            f"end of document; reset=true to start over, or pass from=N "
-            f"({d.id} has {d.chunks} chunks)"
-        )
-    first, last = w.chunks[0].index, w.chunks[-1].index
-    head = (
-        f"{d.title} [{first}-{last}] of {d.chunks} chunks · {w.used_tokens}/{budget} tokens · "
-        + ("end of document" if w.at_end else f"next: doc_window(doc_id={d.id!r}) from {w.cursor}")
-    )
-    if w.truncated:
-        head += (
-            f"\nchunk {first} is larger than the budget: truncated to {budget} tokens "
-            "(raise budget_tokens to read it whole)"
-        )
-    body = [f"[{c.index}] {c.heading}".rstrip() + f"\n{c.text}" for c in w.chunks]
-    return "\n\n".join([head, *body])
-
-
-def render_summary(s: DocSummary) -> str:
-    """doc_summarize's text: scope, method (and why), what was read, then the summary."""
-    what = "whole document" if s.whole else f"chunks {s.first}-{s.last}"
-    method = s.summary.method + (f" ({s.summary.reason})" if s.summary.reason else "")
-    cached = " (cached; refresh=true recomputes)" if s.cached else ""
-    return (
-        f"Summary of {s.doc.id} ({s.doc.title}), {what}: {s.summary.tokens} tokens by "
-        f"{method}{cached}. {s.note}.\n\n{s.summary.text}"
-    )
 
 
 def register_document_tools(app: MCPServer, service: Service) -> None:
@@ -209,6 +107,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "reused": done.reused,
             "replaced": done.replaced,
             "seconds": round(done.seconds, 3),
+            **kept_data(done.kept),
             "next": ["doc_outline", "doc_search"],
         }
         return result(render_ingest(done), data)
@@ -314,11 +213,15 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         to: Annotated[int | None, Field(ge=0, description="Last chunk (inclusive)")] = None,
         budget_tokens: Budget = None,
         reset: Annotated[bool, Field(description="Start again at chunk 0")] = False,
+        session_id: Annotated[
+            str | None, Field(description="context_open id: page with your own cursor")
+        ] = None,
     ) -> CallToolResult:
         budget = budget_tokens or budget_default
-        w = store.window(doc_id, from_, to, budget, reset)
+        w = store.window(doc_id, from_, to, budget, reset, session_id)
         data = {
             "doc_id": w.doc.id,
+            "session_id": w.session_id,
             "chunks": [chunk_data(c) for c in w.chunks],
             "cursor": w.cursor,
             "total_chunks": w.doc.chunks,
@@ -364,18 +267,23 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @guarded("doc_list", audit)
     async def doc_list() -> CallToolResult:
         docs = store.all()
+        states = [store.source_state(d) for d in docs]
+        sessions = [store.session_cursors(d) for d in docs]
         if not docs:
             text = "No documents yet. Call doc_ingest(text=... or file_path=...)."
         else:
             text = "\n".join(
                 [f"{len(docs)} documents (newest first):"]
                 + [
-                    f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
-                    f"cursor {d.cursor}, ingested {_when(d.created_at)}"
-                    for d in docs
+                    render_doc_line(d, st, len(c))
+                    for d, st, c in zip(docs, states, sessions, strict=True)
                 ]
             )
-        return result(text, {"documents": [doc_data(d) for d in docs]})
+        listed = [
+            {**doc_data(d), "source_state": st.state, "session_cursors": c}
+            for d, st, c in zip(docs, states, sessions, strict=True)
+        ]
+        return result(text, {"documents": listed})
 
     @app.tool(
         annotations=DESTROYS,
@@ -386,7 +294,3 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         doc = store.forget(doc_id)
         text = f"Forgot doc {doc.id} ({doc.title}): its files, index and summaries are deleted."
         return result(text, {"doc_id": doc.id, "forgotten": True})
-
-
-def _when(stamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))

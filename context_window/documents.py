@@ -10,21 +10,24 @@ texts are read from ``chunks.jsonl`` by byte offset, never the whole file.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 
+from context_window.doccursors import all_cursors, read_cursor, write_cursor
+from context_window.docfresh import INLINE_SOURCE, SourceState, source_state
 from context_window.docindex import score_all
 from context_window.docingest import BuildSpec, Progress, build, encode_text, no_progress, sha256_of
-from context_window.doctables import DocInfo, Ingested, Tables, Window
+from context_window.docreingest import carry_cursors, chunk_settings, compare
+from context_window.doctables import DocInfo, Ingested, Kept, Tables, Window
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Chunk, Hit
 from context_window.sandbox import read_file
@@ -36,7 +39,7 @@ MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 MAX_TITLE_CHARS = 200
 STALE_SECONDS = 3600.0
-PROGRESS_SECONDS = 0.2
+log = logging.getLogger("context_window")
 
 
 class DocumentStore:
@@ -164,9 +167,11 @@ class DocumentStore:
         if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
             raise InvalidInput(f"title must be up to {MAX_TITLE_CHARS} printable characters")
         progress(0.0, "reading")
+        mtime_ns: int | None = None
         if file_path is not None:
             found = read_file(file_path, self.ingest_roots, self.max_file_bytes)
             data, source, default_title = found.data, str(found.path), found.path.name
+            mtime_ns = found.mtime_ns
             del found  # the bytes must have one owner, so build can free them early
         else:
             assert text is not None
@@ -174,36 +179,57 @@ class DocumentStore:
                 raise InvalidInput(
                     f"text is {len(text):,} characters; the limit is {self.max_chars:,}"
                 )
-            data, source = encode_text(text), "inline text"
+            data, source = encode_text(text), INLINE_SOURCE
             default_title = _first_line(text)
         digest = sha256_of(data)
         same = next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
         if same is not None and doc_id is None:
+            if mtime_ns is not None and same.source == source:  # the file is fresh again
+                stat = {"size": len(data), "mtime_ns": mtime_ns}
+                same = self.update_meta(same.id, source_stat=stat)
             took = time.perf_counter() - started
             return Ingested(same, same.id, reused=True, replaced=False, seconds=took)
         final_id = doc_id or new_id("d")
+        old_meta = self._meta(final_id) if doc_id is not None else None
+        tokens, overlap, ratio = chunk_settings(
+            old_meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
+        )
         spec = BuildSpec(
             final_id,
             title or default_title or final_id,
             source,
             digest,
-            self.chunk_tokens,
-            self.chunk_overlap,
-            self.counter.ratio,
+            tokens,
+            overlap,
+            ratio,
             self.max_chars if file_path is None else self.max_file_bytes,
+            mtime_ns,
         )
         work = self.root / f".tmp-{final_id}-{secrets.token_hex(4)}"
         holder = [data]
         del data
+        kept: Kept | None = None
         try:
             build(work, spec, holder, progress)
+            if old_meta is not None:
+                kept = self._carry_over(self.root / final_id, work)
             replaced = self._commit(work, final_id)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
         doc = self.get(final_id)
         dup = same.id if same is not None else None
-        return Ingested(doc, dup, False, replaced, time.perf_counter() - started)
+        return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)
+
+    def _carry_over(self, old: Path, work: Path) -> Kept | None:
+        """Compare a replacement with the version it replaces and carry its cursors over."""
+        try:
+            kept = compare(old, work)
+        except (OSError, ValueError, IndexError) as exc:  # a damaged old version: start afresh
+            log.warning("cannot compare %s with its new version: %s", old.name, exc)
+            return None
+        carry_cursors(old, work, kept)
+        return kept
 
     def _commit(self, work: Path, doc_id: str) -> bool:
         """Rename a finished build into place, replacing any earlier version."""
@@ -281,9 +307,16 @@ class DocumentStore:
         last: int | None = None,
         budget: int = 4000,
         reset: bool = False,
+        session_id: str | None = None,
     ) -> Window:
-        """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor."""
+        """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor.
+
+        With ``session_id`` the cursor is that session's own (see ``doccursors``),
+        else the document's shared cursor in meta.json.
+        """
         doc = self.get(doc_id)
+        folder = self.root / doc.id
+        cursor = doc.cursor if session_id is None else read_cursor(folder, session_id)
         n = doc.chunks
         if first is not None and not 0 <= first < n:
             raise InvalidInput(
@@ -293,13 +326,13 @@ class DocumentStore:
             raise InvalidInput(f"to ({last}) is before from ({first}); give to >= from")
         if budget < 1:
             raise InvalidInput(f"budget_tokens must be positive, not {budget}")
-        start = first if first is not None else (0 if reset else doc.cursor)
+        start = first if first is not None else (0 if reset else cursor)
         if last is not None and last < start:
             raise InvalidInput(
                 f"to ({last}) is before the cursor ({start}); pass from, or reset=true"
             )
         if start >= n:
-            return Window(doc, (), False, doc.cursor, True, 0)
+            return Window(doc, (), False, cursor, True, 0, session_id)
         stop = n - 1 if last is None else min(last, n - 1)
         tables = self.tables(doc)
         costs = tables.tokens()[start : stop + 1] * self.scale(doc)
@@ -314,9 +347,27 @@ class DocumentStore:
                 Chunk(one.index, cut, self.counter.count(cut), one.start, one.end, one.heading)
             ]
             truncated = True
-        doc = self.update_meta(doc.id, cursor=end + 1)
+        if session_id is None:
+            doc = self.update_meta(doc.id, cursor=end + 1)
+        else:
+            write_cursor(folder, session_id, end + 1)
         used = sum(self.counter.count(c.text) for c in chunks)
-        return Window(doc, tuple(chunks), truncated, end + 1, end + 1 >= n, used)
+        return Window(doc, tuple(chunks), truncated, end + 1, end + 1 >= n, used, session_id)
+
+    def session_cursors(self, doc: DocInfo) -> dict[str, int]:
+        """The per-session cursors stored for ``doc``, by session id."""
+        return all_cursors(self.root / doc.id)
+
+    def source_state(self, doc: DocInfo) -> SourceState:
+        """Whether ``doc``'s source file changed since ingest (see ``docfresh``)."""
+        state = source_state(doc, self.ingest_roots, self.max_file_bytes)
+        if state.mtime_ns is not None and doc.source_stat is not None:
+            with self._lock:  # touched, not changed: record the new mtime so it is hashed once
+                meta = self._meta(doc.id)
+                if meta is not None and meta.get("sha256") == doc.sha256:
+                    stat = {"size": doc.source_stat[0], "mtime_ns": state.mtime_ns}
+                    self.update_meta(doc.id, source_stat=stat)
+        return state
 
     def outline(self, doc: DocInfo) -> list[tuple[int, str, int]]:
         """(index, heading trail, tokens) of every chunk, from the chunk table alone."""
@@ -357,53 +408,3 @@ def _first_line(text: str) -> str:
         if line:
             return line[:80]
     return ""
-
-
-Report = Callable[[float, float, str], Awaitable[None]]
-
-
-async def ingest_in_thread(
-    store: DocumentStore,
-    report: Report | None,
-    *,
-    text: str | None = None,
-    file_path: str | None = None,
-    title: str | None = None,
-    doc_id: str | None = None,
-) -> Ingested:
-    """Run :meth:`DocumentStore.ingest` in a worker thread, reporting progress from here.
-
-    The worker only records its latest (fraction, message); this side polls it a few
-    times a second and forwards changes to ``report`` (progress out of 100), so the
-    heavy work never waits on the client.
-    """
-    latest: list[tuple[float, str]] = [(0.0, "starting")]
-
-    def note(fraction: float, message: str) -> None:
-        latest[0] = (fraction, message)
-
-    async def forward() -> None:
-        sent: tuple[float, str] | None = None
-        while True:
-            current = latest[0]
-            if report is not None and current != sent:
-                await report(round(current[0] * 100, 1), 100.0, current[1])
-                sent = current
-            await anyio.sleep(PROGRESS_SECONDS)
-
-    def work() -> Ingested:
-        return store.ingest(text, file_path, title, doc_id, note)
-
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(forward)
-        try:
-            done = await anyio.to_thread.run_sync(work)
-        except Exception as exc:  # raised below, outside the task group's exception group
-            failure = exc
-        tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    if report is not None:
-        await report(100.0, 100.0, f"done: {done.doc.chunks} chunks")
-    return done

@@ -29,10 +29,11 @@ _READ_BLOCK = 1 << 22
 
 @dataclass(frozen=True)
 class SourceFile:
-    """The bytes of a file read from an ingest root, and its resolved path."""
+    """The bytes of a file read from an ingest root, its resolved path and modification time."""
 
     path: Path
     data: bytes
+    mtime_ns: int = 0
 
 
 def _inside(path: Path, roots: Sequence[Path]) -> bool:
@@ -109,7 +110,7 @@ def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFi
         os.close(fd)
     if len(data) > max_bytes:
         raise InvalidInput(_too_big(real, len(data), max_bytes))
-    return SourceFile(real, data)
+    return SourceFile(real, data, after.st_mtime_ns)
 
 
 def _check_descriptor_path(fd: int, real: Path, roots: Sequence[Path]) -> None:

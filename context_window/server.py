@@ -89,7 +89,8 @@ GUIDE_SESSIONS = """Sessions (working memory for a long task):
 GUIDE_DOCS = """Documents (too large to read at once):
 1. doc_ingest(file_path=... or text=...) once.
 2. doc_outline to see the structure; doc_search(query) to find passages.
-3. doc_window(doc_id) to page through in order (the cursor is kept; call again to continue).
+3. doc_window(doc_id) to page through in order (the cursor is kept; call again to continue;
+   session_id=your context_open id keeps your own cursor).
 4. doc_summarize for a range or the whole; doc_forget when done.
 """
 

@@ -28,7 +28,12 @@ HUGE_APPEND = 200_001
 HUGE_DOC = 20_000_001
 BAD_IDS = ["../x", "a/b", "a\\b", "a\x00b", "x" * 200, " ", ".", "..", "-lead", "a b", "é"]
 # Arguments whose unknown-but-well-formed value creates something instead of failing.
-CREATES = {("context_open", "session_id"), ("doc_ingest", "doc_id")}
+# (doc_window's session_id need not name an open session: it starts that session's cursor.)
+CREATES = {
+    ("context_open", "session_id"),
+    ("doc_ingest", "doc_id"),
+    ("doc_window", "session_id"),
+}
 # Arguments where an empty string means "not given" (documented behaviour, not an error).
 EMPTY_MEANS_OMITTED = {
     ("context_open", "session_id"),

@@ -1,0 +1,63 @@
+"""Whether a file-backed document still matches its source file on disk.
+
+At ingest the store records the file's size and ``mtime_ns`` (``source_stat`` in
+meta.json) beside the sha256 of its bytes. doc_list checks every document, so the
+check is kept cheap: one stat. Same size and mtime is fresh; another size is
+changed; no file is missing. Only when the size is the same and the mtime differs
+is the file read again, through the same sandbox reader as doc_ingest, and
+hashed, so a file that was touched but not changed is not flagged (the store
+then records the new mtime, so it is hashed once, not on every doc_list).
+Inline text is never stale, and documents ingested before the stat was recorded
+are "unknown", not stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from context_window.docingest import sha256_of
+from context_window.doctables import DocInfo
+from context_window.errors import ContextWindowError, NotFound
+from context_window.sandbox import read_file, resolve_in_roots
+
+INLINE_SOURCE = "inline text"
+FRESH, CHANGED, MISSING, INLINE, UNKNOWN = "fresh", "changed", "missing", "inline", "unknown"
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A document's source state; ``mtime_ns`` is set when a re-hash proved it unchanged."""
+
+    state: str
+    reason: str = ""
+    mtime_ns: int | None = None
+
+
+def source_state(doc: DocInfo, roots: Sequence[Path], max_bytes: int) -> SourceState:
+    """Compare the document's recorded source stat with the file on disk now."""
+    if doc.source_stat is None:
+        if doc.source == INLINE_SOURCE:
+            return SourceState(INLINE)
+        return SourceState(UNKNOWN, "ingested before source files were tracked")
+    size, mtime_ns = doc.source_stat
+    try:
+        now = resolve_in_roots(doc.source, roots).stat()
+    except (NotFound, FileNotFoundError):
+        return SourceState(MISSING, f"{doc.source} no longer exists")
+    except (ContextWindowError, OSError) as exc:
+        return SourceState(UNKNOWN, str(exc))
+    if now.st_size != size:
+        return SourceState(CHANGED, f"size {size:,} -> {now.st_size:,} bytes")
+    if now.st_mtime_ns == mtime_ns:
+        return SourceState(FRESH)
+    try:
+        found = read_file(doc.source, roots, max_bytes)
+    except NotFound:
+        return SourceState(MISSING, f"{doc.source} no longer exists")
+    except ContextWindowError as exc:
+        return SourceState(UNKNOWN, str(exc))
+    if sha256_of(found.data) != doc.sha256:
+        return SourceState(CHANGED, "content differs (same size)")
+    return SourceState(FRESH, "touched, content unchanged", found.mtime_ns)
