@@ -1,18 +1,25 @@
-"""Command line: parse flags, set up stderr logging, and serve (or run an admin command)."""
+"""Command line: parse flags, set up stderr logging, and run a command (serve by default).
+
+Every command is one row of ``commands()``: a name, a line of help, a function that
+adds its own arguments and one that runs it. Runners only call library functions,
+print what they return, and leave errors to ``main``, which turns any
+``ContextWindowError`` into one ``context-window: error:`` line (exit 1; 2 for a
+bad setting). The configuration flags are accepted before or after the command.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-import anyio
-
 from context_window import __version__
+from context_window.commands import DATA_COMMANDS, Command
 from context_window.config import Settings, load_settings
-from context_window.errors import ConfigError
+from context_window.errors import ConfigError, ContextWindowError
 
 log = logging.getLogger("context_window")
 
@@ -21,130 +28,146 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"context-window: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every flag of the design's configuration table."""
+    """The argument parser: every flag of the design's configuration table, and the commands."""
     p = _Parser(
         prog="context-window",
         description="MCP server giving small local models an external context buffer. "
         "Flags override CTX_* environment variables, which override defaults.",
     )
-    p.add_argument(
-        "command",
-        nargs="?",
-        default="serve",
-        choices=["serve", "calibrate", "doctor"],
-        help="serve (default); calibrate: measure the loaded model's tokens/char; "
-        "doctor: audit the data dir read-only (exit 1 if problems are found)",
-    )
     p.add_argument("--version", action="version", version=f"context-window {__version__}")
-    p.add_argument("--data-dir", metavar="DIR", help="where all state lives [CTX_DATA_DIR]")
-    p.add_argument(
+    _add_settings_flags(p)
+    sub = p.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        parser_class=_Parser,
+        title="commands (default: serve)",
+    )
+    for command in commands():
+        cp = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.help,
+            epilog="Configuration flags such as --data-dir may come before or after the\n"
+            "command; `context-window --help` lists them.",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.arguments(cp)
+        _add_settings_flags(cp, after_command=True)
+    return p
+
+
+def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """Add the configuration flags; after a command they keep what was given before it."""
+
+    def add(*names: str, **kw: Any) -> None:
+        if after_command:
+            kw.update(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            if kw.get("dest") == "ingest_roots":  # appended to what came before the command
+                kw["dest"] = "ingest_roots_after"
+        p.add_argument(*names, **kw)
+
+    add("--data-dir", metavar="DIR", help="where all state lives [CTX_DATA_DIR]")
+    add(
         "--ingest-root",
         metavar="DIR",
         action="append",
         dest="ingest_roots",
         help="directory doc_ingest may read files from; repeatable [CTX_INGEST_ROOTS]",
     )
-    p.add_argument(
+    add(
         "--llm-base-url",
         metavar="URL",
         help="OpenAI-compatible endpoint (default http://localhost:1234/v1) [CTX_LLM_BASE_URL]",
     )
-    p.add_argument(
-        "--llm-model", metavar="ID", help="model id; empty = loaded model [CTX_LLM_MODEL]"
-    )
-    p.add_argument(
-        "--llm-api-key", metavar="KEY", help="Bearer key for the endpoint [CTX_LLM_API_KEY]"
-    )
-    p.add_argument(
+    add("--llm-model", metavar="ID", help="model id; empty = loaded model [CTX_LLM_MODEL]")
+    add("--llm-api-key", metavar="KEY", help="Bearer key for the endpoint [CTX_LLM_API_KEY]")
+    add(
         "--llm-timeout",
         metavar="SECONDS",
         type=float,
         help="LLM request timeout (default 120) [CTX_LLM_TIMEOUT]",
     )
-    p.add_argument(
+    add(
         "--no-llm",
         dest="llm_enabled",
         action="store_const",
         const=False,
         help="extractive summaries only, no calibration, no network [CTX_LLM_ENABLED=0]",
     )
-    p.add_argument(
+    add(
         "--budget",
         metavar="N",
         type=int,
         help="default recall/window/search budget in tokens (default 4000) [CTX_BUDGET]",
     )
-    p.add_argument(
+    add(
         "--chunk-tokens",
         metavar="N",
         type=int,
         help="target document chunk size (default 800) [CTX_CHUNK_TOKENS]",
     )
-    p.add_argument(
+    add(
         "--chunk-overlap",
         metavar="N",
         type=int,
         help="overlap between chunks, < chunk size (default 80) [CTX_CHUNK_OVERLAP]",
     )
-    p.add_argument(
+    add(
         "--max-file-mb",
         metavar="N",
         type=int,
         help="largest file doc_ingest reads, in MiB (default 256) [CTX_MAX_FILE_MB]",
     )
-    p.add_argument(
+    add(
         "--token-ratio",
         metavar="X",
         type=float,
         help="cold-start tokens per character (default 0.27) [CTX_TOKEN_RATIO]",
     )
-    p.add_argument(
-        "--transport", choices=["stdio", "http"], help="transport (default stdio) [CTX_TRANSPORT]"
-    )
-    p.add_argument(
+    add("--transport", choices=["stdio", "http"], help="transport (default stdio) [CTX_TRANSPORT]")
+    add(
         "--stdio",
         dest="transport",
         action="store_const",
         const="stdio",
         help="same as --transport stdio",
     )
-    p.add_argument(
+    add(
         "--http",
         dest="transport",
         action="store_const",
         const="http",
         help="same as --transport http",
     )
-    p.add_argument("--host", metavar="H", help="HTTP bind host (default 127.0.0.1) [CTX_HTTP_HOST]")
-    p.add_argument("--port", metavar="P", type=int, help="HTTP port (default 3001) [CTX_HTTP_PORT]")
-    p.add_argument(
+    add("--host", metavar="H", help="HTTP bind host (default 127.0.0.1) [CTX_HTTP_HOST]")
+    add("--port", metavar="P", type=int, help="HTTP port (default 3001) [CTX_HTTP_PORT]")
+    add(
         "--http-token", metavar="T", help="require Authorization: Bearer T on HTTP [CTX_HTTP_TOKEN]"
     )
-    p.add_argument(
+    add(
         "--tools",
         choices=["all", "sessions", "docs"],
         help="expose only the session or document tools, for a tiny window (default all) "
         "[CTX_TOOLS]",
     )
-    p.add_argument(
+    add(
         "--audit",
         dest="audit",
         action="store_const",
         const=True,
         help="one JSON line per tool call on stderr (default on) [CTX_AUDIT]",
     )
-    p.add_argument(
+    add(
         "--no-audit",
         dest="audit",
         action="store_const",
         const=False,
         help="no per-call audit lines",
     )
-    return p
 
 
 def _flags(ns: argparse.Namespace) -> dict[str, Any]:
@@ -169,7 +192,10 @@ def _flags(ns: argparse.Namespace) -> dict[str, Any]:
         "audit",
         "tools",
     )
-    return {n: getattr(ns, n) for n in names}
+    flags = {n: getattr(ns, n, None) for n in names}
+    roots = [*(ns.ingest_roots or []), *getattr(ns, "ingest_roots_after", [])]
+    flags["ingest_roots"] = roots or None
+    return flags
 
 
 def setup_logging() -> None:
@@ -205,11 +231,11 @@ def startup_line(settings: Settings) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
-    parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns = build_parser().parse_args(argv)
+    command = {c.name: c for c in commands()}[ns.command or "serve"]
     try:
         settings = load_settings(_flags(ns))
-        if ns.command != "doctor":  # the doctor only reads; it must not create the dir
+        if command.creates_data_dir:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
     except ConfigError as exc:
         sys.stderr.write(f"context-window: error: {exc}\n")
@@ -219,17 +245,56 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"context-window: error: cannot create data dir {settings.data_dir}: {exc.strerror}\n"
         )
         return 2
-    if ns.command == "doctor":
-        from context_window.doctor import run
+    try:
+        return command.run(settings, ns)
+    except ContextWindowError as exc:
+        sys.stderr.write(f"context-window: error: {exc}\n")
+        return 2 if isinstance(exc, ConfigError) else 1
+    except BrokenPipeError:  # `context-window show x | head`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
-        status = run(settings.data_dir, sys.stdout)
-        sys.stdout.write(anyio.run(schema_report, settings) + "\n")
-        return status
+
+def commands() -> tuple[Command, ...]:
+    """Every subcommand, in the order --help lists them."""
+    return (
+        Command(
+            "serve",
+            "serve MCP over stdio or HTTP (the default command)",
+            _serve,
+            creates_data_dir=True,
+        ),
+        Command(
+            "calibrate",
+            "measure the loaded model's tokens per character now",
+            _calibrate,
+            creates_data_dir=True,
+        ),
+        Command(
+            "doctor",
+            "audit the data dir read-only (exit 1 if problems are found)",
+            _doctor,
+        ),
+        *DATA_COMMANDS,
+    )
+
+
+def _doctor(settings: Settings, _ns: argparse.Namespace) -> int:
+    import anyio
+
+    from context_window.doctor import run
+
+    status = run(settings.data_dir, sys.stdout)
+    sys.stdout.write(anyio.run(schema_report, settings) + "\n")
+    return status
+
+
+def _calibrate(settings: Settings, _ns: argparse.Namespace) -> int:
+    import anyio
+
     setup_logging()
-    if ns.command == "calibrate":
-        return anyio.run(_calibrate, settings)
-    log.info("%s", startup_line(settings))
-    return _serve(settings)
+    return anyio.run(_calibrate_async, settings)
 
 
 async def schema_report(settings: Settings) -> str:
@@ -250,7 +315,7 @@ async def schema_report(settings: Settings) -> str:
     )
 
 
-async def _calibrate(settings: Settings) -> int:
+async def _calibrate_async(settings: Settings) -> int:
     from context_window.service import Service
 
     service = Service(settings)
@@ -262,10 +327,12 @@ async def _calibrate(settings: Settings) -> int:
     return 0 if service.counter.source == "calibrated" else 1
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, _ns: argparse.Namespace) -> int:
     from context_window.server import build_server
     from context_window.service import Service
 
+    setup_logging()
+    log.info("%s", startup_line(settings))
     service = Service(settings)
     app = build_server(service)
     try:

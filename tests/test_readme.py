@@ -22,14 +22,25 @@ def mentioned(name: str, text: str) -> bool:
     return regex.search(rf"(?<![\w-]){regex.escape(name)}(?![\w-])", text) is not None
 
 
-def cli_flags() -> list[str]:
-    """Every long option of the parser except the conventional --help and --version."""
-    flags = []
-    for action in build_parser()._actions:
+def cli_flags(parser: argparse.ArgumentParser | None = None) -> list[str]:
+    """Every long option of the parser and its commands, except --help and --version."""
+    flags: list[str] = []
+    for action in (parser or build_parser())._actions:
         if isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
-        flags.extend(o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags.extend(f for f in cli_flags(sub) if f not in flags)
+        flags.extend(o for o in action.option_strings if o.startswith("--") and o not in flags)
     return flags
+
+
+def cli_commands() -> list[str]:
+    """The names of the parser's commands."""
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 def test_mentioned_matches_whole_tokens_only() -> None:
@@ -52,6 +63,15 @@ async def test_readme_mentions_every_registered_tool(settings: SettingsFactory) 
 def test_readme_mentions_every_cli_flag() -> None:
     flags = cli_flags()
     assert {"--data-dir", "--no-llm", "--http", "--no-audit"} <= set(flags)
+    assert {"--all", "--json", "--format", "--replace", "--session-id"} <= set(flags)
     text = README.read_text(encoding="utf-8")
     missing = [f for f in flags if not mentioned(f, text)]
     assert not missing, f"README.md does not document: {', '.join(missing)}"
+
+
+def test_readme_shows_every_command() -> None:
+    commands = cli_commands()
+    assert {"serve", "doctor", "sessions", "export", "import"} <= set(commands)
+    text = README.read_text(encoding="utf-8")
+    missing = [c for c in commands if f"context-window {c}" not in text]
+    assert not missing, f"README.md has no example of: {', '.join(missing)}"

@@ -1,0 +1,186 @@
+"""A read-only look at a data dir: sessions with their counts, entries in any state, documents.
+
+What the command line shows people. Nothing here writes: sessions are replayed
+without ``SessionStore.open`` (which mends a missing ``meta.json``), a journal
+is locked only when it exists (locking creates the file), and the document store
+is opened without its start-up sweep of crash leftovers, so ``doctor`` still sees
+them. A missing data dir is simply empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from context_window.doctables import DocInfo
+from context_window.documents import DocumentStore
+from context_window.errors import InvalidInput, NotFound
+from context_window.models import Entry, Hit, SessionInfo
+from context_window.sessions import Session, SessionStats, SessionStore
+from context_window.storage import Journal, check_id, read_json
+from context_window.textindex import Analyzer
+from context_window.tokens import TokenCounter
+
+SEARCH_BUDGET = 1 << 40  # search shows matches, not what fits a model's window
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One session as listed: its metadata and its counts after replay."""
+
+    info: SessionInfo
+    stats: SessionStats
+
+
+@dataclass(frozen=True)
+class EntryHit:
+    """A session entry that matched a search, with its score."""
+
+    session_id: str
+    session_title: str
+    entry: Entry
+    score: float
+
+
+@dataclass(frozen=True)
+class Found:
+    """Search results: matching session entries and document chunks, best first."""
+
+    entries: tuple[EntryHit, ...]
+    chunks: tuple[Hit, ...]
+
+
+def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every record of a journal in file order, read under its lock, and the unreadable count."""
+    if not path.is_file():
+        return [], 0
+    journal = Journal(path)
+    with journal.locked():
+        records = journal.read_new()
+    return records, journal.skipped
+
+
+def entry_order(entries: list[Entry]) -> list[Entry]:
+    """Time order as recall shows it: a summary stands where the newest entry it folds stood."""
+    seqs = {e.id: e.seq for e in entries}
+
+    def key(e: Entry) -> tuple[float, int]:
+        folded = [seqs[r] for r in e.replaces if r in seqs]
+        return (max(folded) + 0.5 if folded else float(e.seq), e.seq)
+
+    return sorted(entries, key=key)
+
+
+class _Documents(DocumentStore):
+    """The document store without its start-up sweep: reading must not tidy up."""
+
+    def _sweep(self) -> None:
+        return None
+
+
+class Catalog:
+    """Sessions and documents of one data dir, for people to read."""
+
+    def __init__(self, data_dir: Path, counter: TokenCounter) -> None:
+        self.data_dir = data_dir
+        self.counter = counter
+        self._sessions = SessionStore(data_dir, counter)
+        self._documents: DocumentStore | None = None
+
+    @property
+    def documents_store(self) -> DocumentStore:
+        """The document store, opened on first use."""
+        if self._documents is None:
+            self._documents = _Documents(self.data_dir, self.counter)
+        return self._documents
+
+    def session_ids(self) -> list[str]:
+        """Ids of the session directories the server would open."""
+        return [sid for sid in self._sessions.ids() if _valid(sid)]
+
+    def session(self, session_id: str) -> Session:
+        """An existing session, replayed read-only; NotFound pointing at ``sessions``."""
+        check_id(session_id, "session id")
+        directory = self._sessions.root / session_id
+        if not directory.is_dir():
+            raise NotFound(
+                f"no session {session_id!r} in {self.data_dir}; "
+                "list them with `context-window sessions`"
+            )
+        meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
+        meta["id"] = session_id
+        session = Session(directory, meta, self.counter)
+        session.refresh()
+        return session
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session with its counts, most recently updated first."""
+        rows = []
+        for info in self._sessions.list():
+            if _valid(info.id):
+                rows.append(SessionRow(info, self.session(info.id).stats()))
+        return rows
+
+    def entries(self, session: Session, *, everything: bool = False) -> list[Entry]:
+        """Live entries in time order; with ``everything`` superseded, expired, deleted too."""
+        return session.entries(include_hidden=everything)
+
+    def documents(self) -> list[DocInfo]:
+        """Every complete document, newest first."""
+        return self.documents_store.all()
+
+    def document(self, doc_id: str) -> DocInfo:
+        """One document; NotFound pointing at ``docs``."""
+        check_id(doc_id, "document id")
+        try:
+            return self.documents_store.get(doc_id)
+        except NotFound:
+            raise NotFound(
+                f"no document {doc_id!r} in {self.data_dir}; list them with `context-window docs`"
+            ) from None
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        doc_id: str | None = None,
+        limit: int = 10,
+    ) -> Found:
+        """BM25 over live session entries and document chunks; both unless one is named."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+        analyzer = Analyzer()
+        wanted = set(analyzer.terms(query))
+        if not wanted:
+            raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
+        entries: list[EntryHit] = []
+        if session_id is not None or doc_id is None:
+            ids = [session_id] if session_id is not None else self.session_ids()
+            for sid in ids:
+                session = self.session(sid)
+                recall = session.recall(query, SEARCH_BUDGET)  # no limit: pinned come first
+                hits = [
+                    EntryHit(sid, session.title, e, recall.scores[e.id])
+                    for e in recall.entries
+                    if wanted.intersection(analyzer.terms(e.text + " " + " ".join(e.tags)))
+                ]  # recall keeps pinned entries whether or not they match; a search does not
+                hits.sort(key=lambda h: (-h.score, -h.entry.seq))
+                entries += hits[:limit]
+        entries.sort(key=lambda h: (-h.score, h.session_id, h.entry.seq))
+        chunks: list[Hit] = []
+        if doc_id is not None:
+            self.document(doc_id)  # the error for an unknown id names `context-window docs`
+            chunks = self.documents_store.search(query, doc_id, limit)
+        elif session_id is None and self.documents():
+            chunks = self.documents_store.search(query, None, limit)
+        return Found(tuple(entries[:limit]), tuple(chunks))
+
+
+def _valid(name: str) -> bool:
+    try:
+        check_id(name)
+    except InvalidInput:
+        return False
+    return True

@@ -1,0 +1,211 @@
+"""The command line's commands for people: look at the data dir, export and import.
+
+Part of the command-line layer (``cli`` builds the parser from these rows). Each
+command is a :class:`Command`: its arguments and a runner that calls ``catalog``,
+``views`` or ``exchange`` and prints the result; errors are left to ``cli.main``.
+Only ``import`` and ``purge`` write; import creates the data dir only once the file is
+valid, and purge only rewrites a session that exists.
+Library modules are imported inside the runners so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from context_window.config import Settings
+
+if TYPE_CHECKING:
+    from context_window.catalog import Catalog
+
+Runner = Callable[[Settings, argparse.Namespace], int]
+
+
+def _no_arguments(_parser: argparse.ArgumentParser) -> None:
+    """A command without arguments of its own."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, help line, its own arguments, and the function that runs it."""
+
+    name: str
+    help: str
+    run: Runner
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    creates_data_dir: bool = False  # read-only commands must never create it
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _json(obj: Any) -> None:
+    _out(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+def _catalog(settings: Settings) -> Catalog:
+    from context_window.catalog import Catalog
+    from context_window.tokens import TokenCounter
+
+    return Catalog(settings.data_dir, TokenCounter(settings.token_ratio))
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _sessions(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window import views
+
+    rows = _catalog(settings).sessions()
+    _json(views.sessions_json(rows)) if ns.json else _out(views.sessions_view(rows))
+    return 0
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="the session id")
+    p.add_argument("--all", action="store_true", help="include superseded and deleted entries")
+    _json_flag(p)
+
+
+def _show(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window import views
+
+    catalog = _catalog(settings)
+    session = catalog.session(ns.session)
+    entries = catalog.entries(session, everything=ns.all)
+    if ns.json:
+        _json(views.session_json(session, entries))
+    else:
+        _out(views.session_view(session, entries, ns.all))
+    return 0
+
+
+def _docs(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window import views
+
+    docs = _catalog(settings).documents()
+    _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
+    return 0
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", metavar="QUERY", help="words to look for (BM25)")
+    p.add_argument("--session", metavar="ID", help="search only this session")
+    p.add_argument("--doc", metavar="ID", help="search only this document")
+    p.add_argument(
+        "--limit", metavar="N", type=int, default=10, help="at most N entries and N chunks"
+    )
+    _json_flag(p)
+
+
+def _search(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window import views
+
+    found = _catalog(settings).search(
+        ns.query, session_id=ns.session, doc_id=ns.doc, limit=ns.limit
+    )
+    _json(views.search_json(found)) if ns.json else _out(views.search_view(found))
+    return 0
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=["session", "doc"], help="what to export")
+    p.add_argument("id", metavar="ID", help="the session or document id")
+    p.add_argument(
+        "--format", choices=["jsonl", "md"], default="jsonl", help="file format (default jsonl)"
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+
+def _export(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window.exchange import export_document, export_session, write_export
+
+    catalog = _catalog(settings)
+    export = export_session if ns.kind == "session" else export_document
+    target = Path(ns.output) if ns.output else None
+    done = write_export(target, sys.stdout, lambda out: export(catalog, ns.id, ns.format, out))
+    if done.skipped:
+        sys.stderr.write(
+            f"context-window: skipped {done.skipped} unreadable or invalid journal line(s) "
+            "(see context-window doctor)\n"
+        )
+    if target is not None:
+        what = "records" if done.kind == "session" else "chunks"
+        sys.stderr.write(f"exported {done.kind} {done.id} ({done.records} {what}) to {target}\n")
+    return 0
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a file written by context-window export")
+    new = p.add_mutually_exclusive_group()
+    new.add_argument("--session-id", metavar="NEW", help="import the session under this id")
+    new.add_argument("--doc-id", metavar="NEW", help="import the document under this id")
+    p.add_argument(
+        "--replace", action="store_true", help="overwrite a session or document with that id"
+    )
+
+
+def _import(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window.exchange import ChunkSettings, import_file
+
+    chunking = ChunkSettings(
+        settings.chunk_tokens,
+        settings.chunk_overlap,
+        settings.token_ratio,
+        settings.max_file_mb * 1024 * 1024,
+    )
+    done = import_file(
+        Path(ns.file),
+        settings.data_dir,
+        session_id=ns.session_id,
+        doc_id=ns.doc_id,
+        replace=ns.replace,
+        chunking=chunking,
+    )
+    what = "entries" if done.kind == "session" else "chunks"
+    verb = "replaced" if done.replaced else "imported"
+    _out(f"{verb} {done.kind} {done.id} ({done.records} {what}): {done.title}")
+    if done.duplicate_of:
+        _out(f"note: document {done.duplicate_of} holds the same text")
+    return 0
+
+
+def _purge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="the session id")
+    p.add_argument(
+        "--dry-run", action="store_true", help="report what would be erased, change nothing"
+    )
+
+
+def _purge(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window import views
+
+    session = _catalog(settings).session(ns.session)
+    done = session.purge(dry_run=ns.dry_run)
+    _out(views.purge_view(session.id, done, ns.dry_run))
+    return 0
+
+
+DATA_COMMANDS: tuple[Command, ...] = (
+    Command("sessions", "list every session, newest first", _sessions, _json_flag),
+    Command("show", "print a session's entries in time order", _show, _show_arguments),
+    Command("docs", "list every ingested document", _docs, _json_flag),
+    Command("search", "search sessions and documents (BM25)", _search, _search_arguments),
+    Command(
+        "export", "export a session or document as JSONL or Markdown", _export, _export_arguments
+    ),
+    Command("import", "import a file written by export", _import, _import_arguments),
+    Command(
+        "purge",
+        "erase a session's deleted and expired entries from its log",
+        _purge,
+        _purge_arguments,
+    ),
+)

@@ -1,0 +1,332 @@
+"""Export a session or document from a data dir, and import an export into one.
+
+The file formats are ``archive``'s; this module reads and writes the data dir.
+Exports only read (a session's journal under its lock). Imports validate the whole
+file before writing anything, then write a session as a complete directory built
+under a hidden temporary name and renamed into place (a crash leaves nothing
+half-imported, only a ``.tmp-import-*`` directory ``doctor`` reports), and
+re-ingest a document through ``DocumentStore.ingest`` with the chunk settings it
+was exported with, so its chunks come out the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from context_window.archive import (
+    FORMATS,
+    DocumentArchive,
+    SessionArchive,
+    document_jsonl,
+    document_markdown,
+    invalid_record,
+    parse,
+    session_jsonl,
+    session_markdown,
+)
+from context_window.catalog import Catalog, read_journal
+from context_window.docingest import encode_text, sha256_of
+from context_window.documents import MAX_CHARS, DocumentStore
+from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.sandbox import decode_utf8
+from context_window.storage import check_id, read_json, write_json_atomic
+from context_window.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote: how many records (or chunks), and how many it left out."""
+
+    kind: str
+    id: str
+    records: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import created: a session (entries) or a document (chunks)."""
+
+    kind: str
+    id: str
+    title: str
+    records: int
+    replaced: bool
+    duplicate_of: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """How an imported document is chunked when its export does not say."""
+
+    chunk_tokens: int = 800
+    chunk_overlap: int = 80
+    ratio: float = 0.27
+    max_bytes: int = 256 * 1024 * 1024
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}, not {fmt!r:.20}")
+
+
+def export_session(catalog: Catalog, session_id: str, fmt: str, out: TextIO) -> Exported:
+    """Write a session's meta and journal records (verbatim, in file order) to ``out``."""
+    _check_format(fmt)
+    session = catalog.session(session_id)
+    records, unreadable = read_journal(session.journal.path)
+    seen: set[str] = set()
+    kept = [r for r in records if not invalid_record(r, seen)]
+    if fmt == "jsonl":
+        out.writelines(session_jsonl(session.meta, kept))
+    else:
+        states = {e.id: e for e in catalog.entries(session, everything=True)}
+        out.writelines(session_markdown(session.meta, kept, states))
+    return Exported("session", session.id, len(kept), unreadable + len(records) - len(kept))
+
+
+def export_document(catalog: Catalog, doc_id: str, fmt: str, out: TextIO) -> Exported:
+    """Write a document's meta and its chunks (jsonl) or its original text (md) to ``out``."""
+    _check_format(fmt)
+    doc = catalog.document(doc_id)
+    directory = catalog.data_dir / "documents" / doc.id
+    meta = read_json(directory / "meta.json")
+    if meta is None:
+        raise StorageError(f"document {doc.id!r} lost its meta.json while being exported")
+    try:
+        data = (directory / "source.txt").read_bytes()
+    except OSError as exc:
+        raise StorageError(f"cannot read document {doc.id!r}: {exc.strerror}") from exc
+    if doc.sha256 and sha256_of(data) != doc.sha256:
+        raise StorageError(
+            f"document {doc.id!r} is damaged: source.txt does not match its sha256; "
+            "run `context-window doctor`"
+        )
+    text = decode_utf8(data, f"document {doc.id!r}")
+    del data
+    if fmt == "md":
+        out.writelines(document_markdown(meta, text))
+        return Exported("document", doc.id, doc.chunks, 0)
+    out.writelines(document_jsonl(meta, text, _chunk_records(directory, text)))
+    return Exported("document", doc.id, doc.chunks, 0)
+
+
+def _chunk_records(directory: Path, text: str) -> Iterator[dict[str, Any]]:
+    """chunks.jsonl record by record, each checked against the source text."""
+    path = directory / "chunks.jsonl"
+    try:
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                start, end = rec["start"], rec["end"]
+                if text[start:end] != rec["text"]:
+                    raise ValueError(f"line {number} does not match source.txt")
+                yield rec
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StorageError(
+            f"document {directory.name!r} is damaged (chunks.jsonl: {exc}); "
+            "run `context-window doctor`"
+        ) from exc
+
+
+def write_export(
+    target: Path | None, stdout: TextIO, produce: Callable[[TextIO], Exported]
+) -> Exported:
+    """Run ``produce`` on stdout, or on a temp file renamed to ``target`` once complete."""
+    if target is None:
+        return produce(stdout)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            result = produce(f)
+        Path(tmp).replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    return result
+
+
+def import_file(
+    path: Path,
+    data_dir: Path,
+    *,
+    session_id: str | None = None,
+    doc_id: str | None = None,
+    replace: bool = False,
+    chunking: ChunkSettings = ChunkSettings(),
+) -> Imported:
+    """Import a session or document export under its own id (or the one given)."""
+    if session_id is not None and doc_id is not None:
+        raise InvalidInput("give a new session id or a new document id, not both")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFound(f"no such file: {path}") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
+    archive = parse(decode_utf8(data, str(path)), str(path))
+    del data
+    if isinstance(archive, SessionArchive):
+        if doc_id is not None:
+            raise InvalidInput(f"{path} holds a session: give a new session id, not a doc id")
+        return _import_session(archive, data_dir, session_id, replace)
+    if session_id is not None:
+        raise InvalidInput(f"{path} holds a document: give a new doc id, not a session id")
+    return _import_document(archive, data_dir, doc_id, replace, chunking)
+
+
+def _import_session(
+    archive: SessionArchive, data_dir: Path, new_id: str | None, replace: bool
+) -> Imported:
+    sid = check_id(new_id or str(archive.meta["id"]), "session id")
+    root = data_dir / "sessions"
+    final = root / sid
+    if final.exists() and not replace:
+        raise InvalidInput(
+            f"session {sid!r} already exists in {data_dir}; pass --replace to overwrite it "
+            "or --session-id to import it under another id"
+        )
+    now = time.time()
+    title = archive.meta.get("title")
+    meta = {
+        **archive.meta,
+        "id": sid,
+        "title": title if isinstance(title, str) and title else sid,
+        "created_at": _number(archive.meta.get("created_at"), now),
+        "updated_at": _number(archive.meta.get("updated_at"), now),
+    }
+    try:
+        payload = b"".join(
+            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+            for r in archive.records
+        )
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            "a record holds text that is not valid Unicode; nothing imported"
+        ) from None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = root / f".tmp-import-{sid}-{secrets.token_hex(4)}"
+        work.mkdir()
+    except OSError as exc:
+        raise StorageError(f"cannot write to {root}: {exc.strerror}") from exc
+    try:
+        with (work / "entries.jsonl").open("wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        write_json_atomic(work / "meta.json", meta)
+        replaced = _move_into_place(work, final)
+    except OSError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise StorageError(f"cannot write session {sid!r}: {exc.strerror}") from exc
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    entries = sum(1 for r in archive.records if r.get("kind") == "entry")
+    return Imported("session", sid, str(meta["title"]), entries, replaced)
+
+
+def _number(value: Any, default: float) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else default
+
+
+def _move_into_place(work: Path, final: Path) -> bool:
+    """Rename a complete directory to ``final``, swapping out any earlier one."""
+    old = None
+    try:
+        if final.exists():
+            old = final.with_name(f".old-{final.name}-{secrets.token_hex(4)}")
+            final.rename(old)
+        try:
+            work.rename(final)
+        except OSError:
+            if old is not None:
+                old.rename(final)
+            raise
+    except OSError as exc:
+        raise StorageError(f"cannot move the import into {final}: {exc}") from exc
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return old is not None
+
+
+def _import_document(
+    archive: DocumentArchive,
+    data_dir: Path,
+    new_id: str | None,
+    replace: bool,
+    chunking: ChunkSettings,
+) -> Imported:
+    meta = archive.meta
+    did = check_id(new_id or str(meta["id"]), "document id")
+    data = encode_text(archive.text)
+    digest = meta.get("sha256")
+    if isinstance(digest, str) and digest and sha256_of(data) != digest:
+        raise InvalidInput(
+            "the document's text does not match the sha256 in its header (the file was "
+            "changed or cut short); nothing was imported"
+        )
+    if len(data) > chunking.max_bytes:
+        raise InvalidInput(
+            f"the document is {len(data):,} bytes, more than the {chunking.max_bytes:,} "
+            "allowed; raise --max-file-mb"
+        )
+    del data
+    tokens, overlap, ratio = _chunk_settings(meta, chunking)
+    store = DocumentStore(
+        data_dir,
+        TokenCounter(ratio),
+        chunk_tokens=tokens,
+        chunk_overlap=overlap,
+        max_chars=max(MAX_CHARS, len(archive.text)),  # the limit is for text sent over MCP
+    )
+    with contextlib.suppress(NotFound):
+        store.get(did)
+        if not replace:
+            raise InvalidInput(
+                f"document {did!r} already exists in {data_dir}; pass --replace to overwrite "
+                "it or --doc-id to import it under another id"
+            )
+    title = meta.get("title")
+    done = store.ingest(
+        text=archive.text, title=title if isinstance(title, str) else None, doc_id=did
+    )
+    keep = {k: meta[k] for k in ("source",) if isinstance(meta.get(k), str)}
+    if isinstance(meta.get("summary"), dict):  # the cached summary of this very text
+        keep["summary"] = meta["summary"]
+    doc = store.update_meta(did, **keep) if keep else done.doc
+    return Imported("document", did, doc.title, doc.chunks, done.replaced, done.duplicate_of)
+
+
+def _chunk_settings(meta: dict[str, Any], default: ChunkSettings) -> tuple[int, int, float]:
+    """The export's chunk size, overlap and token ratio when valid, else the defaults."""
+    tokens, overlap, ratio = meta.get("chunk_tokens"), meta.get("chunk_overlap"), meta.get("ratio")
+    if (
+        isinstance(tokens, int)
+        and isinstance(overlap, int)
+        and isinstance(ratio, int | float)
+        and 32 <= tokens <= 100_000
+        and 0 <= overlap < tokens
+        and 0.01 <= ratio <= 4.0
+    ):
+        return tokens, overlap, float(ratio)
+    return default.chunk_tokens, default.chunk_overlap, default.ratio

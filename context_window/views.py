@@ -1,0 +1,258 @@
+"""Terminal views of sessions, entries, documents and search results (80 columns), and JSON.
+
+Each view takes what ``catalog`` returns and gives back text; ids are never
+shortened, so every one can be pasted into the next command.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from context_window.archive import entry_flags
+from context_window.catalog import Found, SessionRow
+from context_window.doctables import DocInfo
+from context_window.models import Entry
+from context_window.sessions import Purged, Session
+
+WIDTH = 80
+INDENT = "    "
+SNIPPET_LINES = 3
+
+
+def when(stamp: float) -> str:
+    """A local time to the minute, or '-' when unknown."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)) if stamp > 0 else "-"
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` on one line, cut with '…' to ``width`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """Aligned columns; the last column takes what is left of the width and is cut to fit."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers) - 1)]
+    room = max(12, WIDTH - sum(w + 2 for w in widths))
+    out = []
+    for row in [headers, *rows]:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=False))
+        ]
+        out.append("  ".join([*cells, _fit(row[-1], room)]).rstrip())
+    return out
+
+
+def sessions_view(rows: list[SessionRow]) -> str:
+    """Every session, newest first: id, live/total entries, live tokens, updated, title."""
+    if not rows:
+        return "no sessions"
+    table = [
+        [
+            r.info.id,
+            f"{r.stats.live}/{r.stats.total}",
+            f"{r.stats.live_tokens:,}",
+            when(r.info.updated_at),
+            r.info.title,
+        ]
+        for r in rows
+    ]
+    lines = _table(["ID", "LIVE/ALL", "TOKENS", "UPDATED", "TITLE"], table, {1, 2})
+    return "\n".join([*lines, "", "show one with: context-window show SESSION"])
+
+
+def _wrapped(text: str, indent: str = INDENT) -> list[str]:
+    """Each line of ``text`` indented, long lines wrapped at the width."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        if len(indent) + len(line) <= WIDTH:
+            out.append((indent + line).rstrip())
+            continue
+        out.extend(
+            textwrap.wrap(
+                line,
+                WIDTH,
+                initial_indent=indent,
+                subsequent_indent=indent,
+                break_on_hyphens=False,
+                replace_whitespace=False,
+            )
+            or [indent]
+        )
+    return out
+
+
+def _entry_head(e: Entry) -> str:
+    """``id  time  role  [flags]  #tags`` for one entry."""
+    flags = entry_flags(e)
+    parts = [e.id, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created_at)), e.role]
+    if flags:
+        parts.append("[" + ", ".join(flags) + "]")
+    if e.tags:
+        parts.append(" ".join(f"#{t}" for t in e.tags))
+    return "  ".join(parts)
+
+
+def _head_lines(head: str, indent: str = "") -> list[str]:
+    """A heading line, wrapped (never inside a word, so ids stay whole)."""
+    return textwrap.wrap(
+        head,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + INDENT,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def session_view(session: Session, entries: list[Entry], everything: bool) -> str:
+    """A session's header and its entries in time order, each text indented and wrapped."""
+    stats = session.stats()
+    counts = (
+        f"{stats.live} live of {stats.total} entries ({stats.superseded} superseded, "
+        f"{stats.expired} expired, {stats.deleted} deleted, {stats.pinned} pinned), "
+        f"{stats.live_tokens:,} live tokens; "
+        f"updated {when(session.updated_at())}"
+    )
+    lines = [_fit(f"{session.id}: {session.title}", WIDTH), *textwrap.wrap(counts, WIDTH)]
+    if stats.skipped_lines:
+        lines.append(f"{stats.skipped_lines} unreadable line(s) skipped; see context-window doctor")
+    if not everything and stats.live < stats.total:
+        lines.append("showing live entries; --all adds superseded, expired and deleted ones")
+    for e in entries:
+        lines += ["", *_head_lines(_entry_head(e))]
+        if e.replaces:
+            lines.append(f"{INDENT}(summary of {len(e.replaces)} entries)")
+        lines += _wrapped(e.text)
+    if not entries:
+        lines += ["", "no entries"]
+    return "\n".join(lines)
+
+
+def documents_view(docs: list[DocInfo]) -> str:
+    """Every document: id, chunks, tokens, characters, ingested time, title; source below."""
+    if not docs:
+        return "no documents"
+    out: list[str] = []
+    for d in docs:
+        out.append(
+            f"{d.id}  {d.chunks:,} chunks  {d.tokens:,} tokens  {d.chars:,} chars  "
+            f"ingested {when(d.created_at)}"
+        )
+        out.append(INDENT + _fit(d.title, WIDTH - len(INDENT)))
+        out.append(INDENT + _fit(f"source: {d.source}", WIDTH - len(INDENT)))
+    return "\n".join(out)
+
+
+def _snippet(text: str) -> list[str]:
+    lines = _wrapped(text.strip())
+    if len(lines) > SNIPPET_LINES:
+        lines = [*lines[:SNIPPET_LINES], f"{INDENT}…"]
+    return lines
+
+
+def search_view(found: Found) -> str:
+    """Matches grouped by session and by document, best first, with ids to look further."""
+    out: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for h in found.entries:
+        group = groups.setdefault(f"session {h.session_id}: {h.session_title}", [])
+        head = f"{_entry_head(h.entry)}  (score {h.score:.2f})"
+        group += [*_head_lines(head, "  "), *_snippet(h.entry.text)]
+    for c in found.chunks:
+        group = groups.setdefault(f"document {c.doc_id}: {c.title}", [])
+        heading = f" {c.chunk.heading}" if c.chunk.heading else ""
+        group += [f"  [{c.chunk.index}]{heading}  (score {c.score:.2f})", *_snippet(c.chunk.text)]
+    for title, lines in groups.items():
+        if out:
+            out.append("")
+        out += [_fit(title, WIDTH), *lines]
+    if not out:
+        return "no matches"
+    return "\n".join(out)
+
+
+def entry_json(e: Entry) -> dict[str, Any]:
+    """An entry as a JSON object, with its flags."""
+    return {
+        "id": e.id,
+        "seq": e.seq,
+        "created_at": e.created_at,
+        "role": e.role,
+        "tags": list(e.tags),
+        "flags": entry_flags(e),
+        "replaces": list(e.replaces),
+        "tokens": e.tokens,
+        "text": e.text,
+    }
+
+
+def sessions_json(rows: Iterable[SessionRow]) -> list[dict[str, Any]]:
+    """Sessions as JSON objects."""
+    return [
+        {
+            "id": r.info.id,
+            "title": r.info.title,
+            "created_at": r.info.created_at,
+            "updated_at": r.info.updated_at,
+            "live": r.stats.live,
+            "total": r.stats.total,
+            "live_tokens": r.stats.live_tokens,
+        }
+        for r in rows
+    ]
+
+
+def session_json(session: Session, entries: list[Entry]) -> dict[str, Any]:
+    """A session and its entries as one JSON object."""
+    return {"id": session.id, "title": session.title, "entries": [entry_json(e) for e in entries]}
+
+
+def documents_json(docs: Iterable[DocInfo]) -> list[dict[str, Any]]:
+    """Documents as JSON objects."""
+    fields = ("id", "title", "source", "sha256", "chars", "chunks", "tokens", "created_at")
+    return [{k: getattr(d, k) for k in fields} for d in docs]
+
+
+def search_json(found: Found) -> dict[str, Any]:
+    """Search results as one JSON object: entries and chunks, best first."""
+    return {
+        "entries": [
+            {"session_id": h.session_id, "score": h.score, **entry_json(h.entry)}
+            for h in found.entries
+        ],
+        "chunks": [
+            {
+                "doc_id": c.doc_id,
+                "title": c.title,
+                "score": c.score,
+                "index": c.chunk.index,
+                "heading": c.chunk.heading,
+                "text": c.chunk.text,
+            }
+            for c in found.chunks
+        ],
+    }
+
+
+def purge_view(session_id: str, done: Purged, dry_run: bool) -> str:
+    """What a purge erased (or would erase), and what it could not."""
+    verb = "would erase" if dry_run else "erased"
+    lines = [
+        f"{session_id}: {verb} {len(done.entries)} deleted or expired entries and "
+        f"{done.patches} patch record(s); {done.kept} record(s) kept"
+    ]
+    if done.unreadable:
+        lines.append(f"{verb} {done.unreadable} unreadable line(s) too")
+    for eid, summary in done.folded:
+        lines.append(
+            f"note: {eid} was folded into summary {summary}, whose text may still "
+            f"paraphrase it; delete {summary} too (context_update) and purge again to erase that"
+        )
+    if not dry_run and done.entries:
+        lines.append("the log was rewritten atomically; other processes re-read it")
+    return "\n".join(lines)

@@ -1,0 +1,258 @@
+"""The commands for people: sessions, show, docs, search; read-only; errors; old invocations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_exchange import SPEC, TRICKY, build_session, cli
+
+from context_window.cli import _flags, build_parser, main
+from context_window.config import Settings, load_settings
+from context_window.service import Service
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def filled(settings: SettingsFactory) -> tuple[Settings, dict[str, str]]:
+    """A data dir with a session in every state and two documents."""
+    s = settings()
+    ids = build_session(s)
+    service = Service(s)
+    service.sessions.open("other", "Second session")[0].append("the linker again", now=5.0)
+    service.documents.ingest(text=SPEC, title="Storage spec", doc_id="spec")
+    service.documents.ingest(text="linker flags: -Wl,--as-needed\n" * 30, doc_id="flags")
+    return s, ids
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "context_window", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_sessions_lists_newest_first_with_counts(
+    filled: tuple[Settings, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, _ = filled
+    os.utime(s.data_dir / "sessions" / "work" / "entries.jsonl", (1, 1))  # make it the oldest
+    assert cli(s, "sessions") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "LIVE/ALL", "TOKENS", "UPDATED", "TITLE"]
+    assert lines[1].startswith("other ") and lines[2].startswith("work ")
+    # live: the kept note5 and unpinned entry, pinned, summary, raw; all: 11
+    assert " 5/11 " in lines[2] and "Fixing the" in lines[2]
+    assert all(len(line) <= 80 for line in lines)
+    assert cli(s, "sessions", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["live"], r["total"]) for r in rows] == [("other", 1, 1), ("work", 5, 11)]
+
+
+def test_show_live_and_all(
+    filled: tuple[Settings, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, ids = filled
+    assert cli(s, "show", "work") == 0
+    live = capsys.readouterr().out
+    assert ids["pinned"] in live and ids["summary"] in live
+    assert ids["deleted"] not in live and ids["note0"] not in live
+    assert f"{ids['pinned']}  " in live and "decision  [pinned]  #design #md" in live
+    assert "    # Decision: keep the journal" in live  # text indented under its entry
+    assert "--all adds superseded, expired and deleted ones" in live
+    assert cli(s, "show", "work", "--all") == 0
+    everything = capsys.readouterr().out
+    assert f"{ids['deleted']}  " in everything and "[deleted]" in everything
+    assert "note  [superseded]  #build" in everything
+    order = ("note0", "note4", "summary", "note5")  # note0-4 folded, note5 kept
+    positions = [everything.index(ids[k] + "  ") for k in order]
+    assert positions == sorted(positions)  # the summary stands after the entries it folds
+    assert all(len(line) <= 80 for line in everything.splitlines())
+    assert cli(s, "show", "work", "--all", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    by_id = {e["id"]: e for e in data["entries"]}
+    assert by_id[ids["pinned"]]["text"] == TRICKY
+    assert by_id[ids["deleted"]]["flags"] == ["deleted"]
+    assert by_id[ids["note0"]]["flags"] == ["superseded"]
+
+
+def test_docs_lists_every_document(
+    filled: tuple[Settings, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, _ = filled
+    assert cli(s, "docs") == 0
+    out = capsys.readouterr().out
+    assert "spec  " in out and "Storage spec" in out and "source: inline text" in out
+    assert "flags  " in out and " chunks  " in out and " tokens  " in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert cli(s, "docs", "--json") == 0
+    docs = {d["id"]: d for d in json.loads(capsys.readouterr().out)}
+    assert docs["spec"]["chars"] == len(SPEC) and docs["spec"]["title"] == "Storage spec"
+
+
+def test_search_groups_sessions_and_documents(
+    filled: tuple[Settings, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, ids = filled
+    assert cli(s, "search", "linker") == 0
+    out = capsys.readouterr().out
+    assert "session work: Fixing the" in out and "session other: Second session" in out
+    assert "document flags:" in out and "document spec" not in out
+    assert ids["note5"] in out and ids["note0"] not in out  # live entries only
+    assert ids["deleted"] not in out
+    assert ids["pinned"] not in out  # pinned, but it does not mention the linker
+    assert cli(s, "search", "linker", "--session", "work", "--json") == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["chunks"] == [] and {e["session_id"] for e in found["entries"]} == {"work"}
+    assert cli(s, "search", "linker", "--session", "work", "--limit", "1", "--json") == 0
+    (hit,) = json.loads(capsys.readouterr().out)["entries"]  # the pinned entry takes no place
+    assert "linker" in hit["text"]
+    assert cli(s, "search", "append-only journal", "--doc", "spec", "--limit", "1") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("document spec: Storage spec") and out.count("(score") == 1
+    assert cli(s, "search", "zebra") == 0
+    assert capsys.readouterr().out == "no matches\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["show", "nope"], "context-window sessions"),
+        (["export", "session", "nope"], "context-window sessions"),
+        (["export", "doc", "nope"], "context-window docs"),
+        (["search", "linker", "--doc", "nope"], "context-window docs"),
+        (["search", "linker", "--session", "nope"], "context-window sessions"),
+        (["search", "the"], "no searchable words"),
+        (["search", "linker", "--limit", "0"], "limit"),
+        (["show", "../x"], "invalid session id"),
+        (["export", "session", "work", "-o", "/nonexistent/dir/w.jsonl"], "cannot write"),
+    ],
+)
+def test_errors_are_one_line_and_exit_1(
+    filled: tuple[Settings, dict[str, str]],
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    needle: str,
+) -> None:
+    s, _ = filled
+    assert cli(s, *args) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("context-window: error:") and needle in err
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, float]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_reading_changes_nothing(
+    filled: tuple[Settings, dict[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, _ = filled
+    docs = s.data_dir / "documents"
+    stale = docs / ".tmp-old-1234"  # a crashed ingest: the server's sweep would delete it
+    stale.mkdir()
+    os.utime(stale, (time.time() - 7200,) * 2)
+    (s.data_dir / "sessions" / "nometa").mkdir()  # SessionStore.open would write meta.json
+    before = snapshot(s.data_dir)
+    for args in (
+        ["sessions"],
+        ["show", "work", "--all"],
+        ["show", "nometa"],
+        ["docs"],
+        ["search", "linker"],
+        ["export", "session", "work", "--format", "md"],
+        ["export", "doc", "spec"],
+    ):
+        assert cli(s, *args) == 0, args
+    capsys.readouterr()
+    assert snapshot(s.data_dir) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sessions"], ["docs"], ["show", "x"], ["search", "linker"], ["export", "session", "x"],
+     ["import", "missing.jsonl"], ["doctor"]],
+)  # fmt: skip
+def test_reading_never_creates_the_data_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    data = tmp_path / "absent"
+    main(["--data-dir", str(data), *args])
+    capsys.readouterr()
+    assert not data.exists()
+
+
+def test_empty_data_dir_views(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "absent")
+    assert main(["sessions", "--data-dir", data]) == 0
+    assert main(["docs", "--data-dir", data]) == 0
+    assert capsys.readouterr().out == "no sessions\nno documents\n"
+
+
+def test_flags_before_or_after_the_command(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    p = build_parser()
+    ns = p.parse_args(
+        ["--ingest-root", str(a), "serve", "--ingest-root", str(b), "--budget", "900"]
+    )
+    s = load_settings(_flags(ns), environ={})
+    assert s.ingest_roots == (a, b) and s.budget == 900 and ns.command == "serve"
+    ns = p.parse_args(["--budget", "700", "--no-llm", "sessions", "--json"])
+    assert (ns.command, ns.budget, ns.llm_enabled, ns.json) == ("sessions", 700, False, True)
+    ns = p.parse_args(["calibrate", "--http", "--data-dir", str(a)])
+    assert (ns.command, ns.transport, ns.data_dir) == ("calibrate", "http", str(a))
+    assert p.parse_args(["--no-llm"]).command is None  # no command: serve
+
+
+def test_subcommand_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["export", "session"])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("context-window: error:") and "ID" in line
+    assert "context-window export --help" in line
+
+
+def test_round_trip_in_real_processes_without_mcp(
+    filled: tuple[Settings, dict[str, str]], tmp_path: Path
+) -> None:
+    s, ids = filled
+    out = tmp_path / "work.md"
+    done = run("export", "session", "work", "--format", "md", "-o", str(out), "--data-dir",
+               str(s.data_dir))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and "exported session work (14 records)" in done.stderr
+    fresh = tmp_path / "fresh"
+    done = run("--data-dir", str(fresh), "import", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "imported session work (11 entries): Fixing the <!-- build --> `linker`\n"
+    shown = run("--data-dir", str(fresh), "show", "work", "--all")
+    assert shown.returncode == 0 and ids["deleted"] in shown.stdout
+    code = (
+        "import sys; from context_window.cli import main; "
+        f"rc = main(['--data-dir', {str(fresh)!r}, 'search', 'linker']); "
+        "sys.stderr.write(str('mcp' in sys.modules)); raise SystemExit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and ids["note5"] in done.stdout
+    assert done.stderr == "False"  # the human commands never import the MCP SDK
