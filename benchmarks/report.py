@@ -44,6 +44,16 @@ METRIC_KEYS: tuple[str, ...] = (
     "engines.fts5.overlap_at_10_tie_aware",
     "quality.hit_rate_at_5",
     "quality.any_line_hit_rate_at_5",
+    "lifecycle.schema_tokens",
+    "lifecycle.schema_tokens_unslimmed",
+    "lifecycle.schema_tokens_sessions",
+    "lifecycle.schema_tokens_docs",
+    "lifecycle.compact_ms",
+    "lifecycle.compact_facts_ms",
+    "lifecycle.purge_s",
+    "lifecycle.purge_over_cold_load",
+    "lifecycle.reingest_unchanged_share",
+    "lifecycle.reingest_over_first",
 )
 
 FULL_CORPUS_MB = 100
@@ -88,12 +98,14 @@ TARGETS: tuple[Target, ...] = (
     Target("documents.ingest_mb_s", ">=", 10.0, "MB/s", _full_corpus),
     Target("server.start_to_tools_list_s", "<=", 1.0, "s", _always),
     Target("documents.peak_rss_mb", "<=", 400.0, "MB", _full_corpus),
+    Target("lifecycle.schema_tokens", "<=", 2500.0, "tokens", _always),
 )
 
 
 def flatten(d: dict[str, Any]) -> dict[str, float]:
     """The flat metrics from the nested results."""
     s, docs, eng, q = d["session"], d["documents"], d["engines"], d["quality"]
+    life = d["lifecycle"]
     ours = docs["restart"]["search"]["p50_ms"]
     m = {
         "session.append.p50_ms": s["append"]["p50_ms"],
@@ -125,6 +137,16 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "engines.fts5.overlap_at_10_tie_aware": eng["fts5"]["agreement"]["tie_aware"],
         "quality.hit_rate_at_5": q["hit_rate"],
         "quality.any_line_hit_rate_at_5": q["any_line_hit_rate"],
+        "lifecycle.schema_tokens": life["schema"]["all"],
+        "lifecycle.schema_tokens_unslimmed": life["schema"]["unslimmed"],
+        "lifecycle.schema_tokens_sessions": life["schema"]["sessions"],
+        "lifecycle.schema_tokens_docs": life["schema"]["docs"],
+        "lifecycle.compact_ms": life["compaction"]["compact_ms"],
+        "lifecycle.compact_facts_ms": life["compaction"]["facts_ms"],
+        "lifecycle.purge_s": life["purge"]["purge_s"],
+        "lifecycle.purge_over_cold_load": life["purge"]["purge_over_cold_load"],
+        "lifecycle.reingest_unchanged_share": life["reingest"]["unchanged_share"],
+        "lifecycle.reingest_over_first": life["reingest"]["again_over_first"],
     }
     for tier in ("small", "medium", "large"):
         m[f"session.recall_{tier}.p50_ms"] = s[f"recall_{tier}"]["p50_ms"]
@@ -146,7 +168,7 @@ def checks(metrics: dict[str, float], details: dict[str, Any]) -> list[dict[str,
 
 
 def _labels(d: dict[str, Any]) -> dict[str, str]:
-    s, docs = d["session"], d["documents"]
+    s, docs, life = d["session"], d["documents"], d["lifecycle"]
     mb = docs["ingest"]["bytes"] / 1e6
     chunks = docs["ingest"]["chunks"]
     out = {
@@ -178,6 +200,16 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "engines.fts5.overlap_at_10_tie_aware": "fts5 vs reference, tie-aware",
         "quality.hit_rate_at_5": "loghub first-occurrence line in top 5",
         "quality.any_line_hit_rate_at_5": "loghub any line of the event in top 5",
+        "lifecycle.schema_tokens": f"tools/list, {life['schema']['tools']} tools (est. tokens)",
+        "lifecycle.schema_tokens_unslimmed": "tools/list as the SDK generates it",
+        "lifecycle.schema_tokens_sessions": "tools/list with --tools sessions",
+        "lifecycle.schema_tokens_docs": "tools/list with --tools docs",
+        "lifecycle.compact_ms": f"context_compact of {life['compaction']['entries']:,} entries",
+        "lifecycle.compact_facts_ms": "... of which finding the facts it lost",
+        "lifecycle.purge_s": f"purge, {life['purge']['entries']:,} entries, 10 % deleted",
+        "lifecycle.purge_over_cold_load": "purge / cold load of the same session",
+        "lifecycle.reingest_unchanged_share": "re-ingest after +1 % lines: chunks unchanged",
+        "lifecycle.reingest_over_first": "re-ingest time / first ingest time",
     }
     for tier in ("small", "medium", "large"):
         n = s[f"recall_{tier}"]["entries"]
@@ -201,8 +233,10 @@ def _fmt(key: str, value: float) -> str:
         return f"{value:,.2f} s"
     if key.endswith("_mb"):
         return f"{value:,.0f} MB"
-    if "over_ours" in key:
-        return f"{value:,.1f}x"
+    if "over_ours" in key or key.endswith("_over_cold_load") or key.endswith("_over_first"):
+        return f"{value:,.2f}x"
+    if key.startswith("lifecycle.schema_tokens"):
+        return f"{value:,.0f}"
     return f"{value:.3f}"
 
 

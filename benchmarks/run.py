@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import corpus, documents, quality, report, sessions, startup
+from benchmarks import corpus, documents, lifecycle, quality, report, sessions, startup
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "latest.json"
@@ -43,10 +43,12 @@ class Scale:
     startup_runs: int
     doc_queries: int
     rebuilds: int
+    compact_entries: int
+    purge_entries: int
 
 
-FULL = Scale(100, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3)
-QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2)
+FULL = Scale(100, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000)
+QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2, 200, 2_000)
 
 
 def _log(message: str) -> None:
@@ -127,6 +129,15 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
 
     _log("quality: loghub event templates")
     details["quality"] = quality.bench_quality()
+
+    _log("lifecycle: tools/list cost, compaction facts, purge, re-ingest of a grown log")
+    ldir = work / "lifecycle-data"
+    details["lifecycle"] = {
+        "schema": lifecycle.bench_schema(),
+        "compaction": lifecycle.bench_compaction(ldir / "c", scale.compact_entries),
+        "purge": lifecycle.bench_purge(ldir / "p", scale.purge_entries),
+        "reingest": lifecycle.bench_reingest(ldir / "r", big),
+    }
 
     metrics = report.flatten(details)
     meta = {

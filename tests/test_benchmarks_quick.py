@@ -53,6 +53,16 @@ METRICS = {
     "engines.fts5.overlap_at_10_tie_aware",
     "quality.hit_rate_at_5",
     "quality.any_line_hit_rate_at_5",
+    "lifecycle.schema_tokens",
+    "lifecycle.schema_tokens_unslimmed",
+    "lifecycle.schema_tokens_sessions",
+    "lifecycle.schema_tokens_docs",
+    "lifecycle.compact_ms",
+    "lifecycle.compact_facts_ms",
+    "lifecycle.purge_s",
+    "lifecycle.purge_over_cold_load",
+    "lifecycle.reingest_unchanged_share",
+    "lifecycle.reingest_over_first",
 }
 TARGETED = {
     "session.append.p50_ms",
@@ -63,6 +73,7 @@ TARGETED = {
     "documents.ingest_mb_s",
     "server.start_to_tools_list_s",
     "documents.peak_rss_mb",
+    "lifecycle.schema_tokens",
 }
 
 
@@ -108,7 +119,11 @@ def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
     for key in ("commit", "cpus", "python", "duration_s", "corpus", "scale"):
         assert key in doc["meta"]
     details = doc["details"]
-    assert set(details) == {"server", "session", "documents", "engines", "quality"}
+    assert set(details) == {"server", "session", "documents", "engines", "quality", "lifecycle"}
+    life = details["lifecycle"]
+    assert life["schema"]["all"] < life["schema"]["unslimmed"]
+    assert life["purge"]["erased"] == life["purge"]["entries"] // 10
+    assert life["reingest"]["unchanged_share"] >= 0.99  # only the last chunk grew
     assert details["engines"]["chunks"] == details["documents"]["ingest"]["chunks"]
     assert details["quality"]["offset_mismatches"] == 0
     assert details["server"]["tools"] >= 8
