@@ -1,9 +1,10 @@
 """Property: any sequence of session operations replays to the same state after a restart.
 
-Hypothesis draws sequences of append, pin/unpin, delete/undelete, compaction
-and restarts; after each sequence a new Service on the same directory must see
-every entry with the same text, seq, flags and ``replaces``, and those flags
-must match a simple model (last patch wins; a summary supersedes what it folds).
+Hypothesis draws sequences of append, pin/unpin, delete/undelete, compaction,
+undoing a compaction, purge and restarts; after each sequence a new Service on the
+same directory must see every entry with the same text, seq, flags and
+``replaces``, and those flags must match a simple model (last patch wins; a summary
+that is not deleted supersedes what it folds; a purge drops deleted entries).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from context_window.models import ROLES, Entry
@@ -47,8 +48,12 @@ compactions = st.tuples(
     st.just("compact"), st.integers(min_value=0, max_value=4), st.sampled_from([16, 64, 300])
 )
 restarts = st.tuples(st.just("restart"))
+uncompacts = st.tuples(st.just("uncompact"), st.integers(min_value=0, max_value=10_000))
+purges = st.tuples(st.just("purge"))
 operations = st.lists(
-    st.one_of(appends, appends, patches, compactions, restarts), min_size=1, max_size=40
+    st.one_of(appends, appends, patches, compactions, uncompacts, purges, restarts),
+    min_size=1,
+    max_size=40,
 )
 
 
@@ -60,6 +65,7 @@ class Model:
     pinned: dict[str, bool] = field(default_factory=dict)
     deleted: dict[str, bool] = field(default_factory=dict)
     folded_by: dict[str, list[str]] = field(default_factory=dict)
+    folds: dict[str, list[str]] = field(default_factory=dict)  # summary -> what it folded
 
     def add(self, entry: Entry) -> None:
         self.order.append(entry.id)
@@ -70,6 +76,21 @@ class Model:
     def superseded(self, eid: str) -> bool:
         """Folded into a summary that is not deleted (deleting a summary restores its originals)."""
         return any(not self.deleted[s] for s in self.folded_by[eid])
+
+    def live(self, eid: str) -> bool:
+        return not self.deleted[eid] and not self.superseded(eid)
+
+    def purge(self) -> set[str]:
+        """Drop deleted entries, and every mention of them; return their ids."""
+        gone = {e for e in self.order if self.deleted[e]}
+        self.order = [e for e in self.order if e not in gone]
+        for table in (self.pinned, self.deleted, self.folded_by, self.folds):
+            for e in gone:
+                table.pop(e, None)
+        for lists in (self.folded_by, self.folds):
+            for key, ids in lists.items():
+                lists[key] = [i for i in ids if i not in gone]
+        return gone
 
 
 def full_state(service: Service, ids: list[str]) -> list[Entry]:
@@ -102,8 +123,22 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
                     assert not (model.pinned[folded.id] or model.deleted[folded.id])
                     assert not model.superseded(folded.id)
                 model.add(done.entry)
+                model.folds[done.entry.id] = [f.id for f in done.plan.entries]
                 for folded in done.plan.entries:
                     model.folded_by[folded.id].append(done.entry.id)
+        elif op[0] == "uncompact":
+            undoable = [s for s in model.folds if model.live(s)]
+            if undoable:
+                summary = undoable[op[1] % len(undoable)]
+                restored = session.uncompact(summary)
+                event("uncompact undid a compaction")
+                model.deleted[summary] = True
+                expected = [e for e in model.folds[summary] if model.live(e)]
+                assert [e.id for e in restored] == expected
+        elif op[0] == "purge":
+            done = session.purge()
+            assert set(done.entries) == model.purge()
+            event(f"purge erased {'some' if done.entries else 'nothing'}")
         elif op[0] == "restart":
             service = service_for(data)
     before = full_state(service, model.order)
@@ -122,5 +157,20 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
 def test_replay_after_restart_is_identical(ops: list[tuple[Any, ...]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run(ops, Path(tmp))
+
+
+long_runs = st.lists(
+    st.one_of(appends, appends, appends, patches, compactions, uncompacts, purges, restarts),
+    min_size=15,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_runs)
+def test_long_runs_with_undo_and_purge_replay_identically(ops: list[tuple[Any, ...]]) -> None:
+    """Longer sequences, so compactions, their undoing and purges of deletions all occur."""
     with tempfile.TemporaryDirectory() as tmp:
         run(ops, Path(tmp))

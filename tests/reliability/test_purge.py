@@ -92,7 +92,7 @@ def test_a_session_opened_elsewhere_replays_the_purged_log(data_dir: Path) -> No
     late = other.append("written after the purge")
     assert [e.text for e in mine.entries()] == ["stays", "written after the purge"]
     assert b"to be erased" not in log_of(data_dir, "p")
-    assert mine.get(late.id).seq == 3  # seq keeps counting; it never goes back
+    assert mine.get(late.id).seq == 3  # seq continues after the newest kept entry
 
 
 def test_purge_while_processes_append_loses_nothing(data_dir: Path) -> None:
