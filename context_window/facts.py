@@ -40,9 +40,18 @@ _WORD = re.compile(r"\S+")
 _PUNCT = ".,;:!?()[]{}'\"`"
 
 
+# Which lost facts go first when not all fit: a bare number means least on its own.
+PRIORITY = {"url": 0, "email": 0, "path": 1, "ident": 2, "number": 3}
+
+
 def extract(text: str) -> list[str]:
     """The URLs, e-mail addresses, paths, identifiers and numbers in ``text``, first seen first."""
-    seen: dict[str, None] = {}
+    return list(_kinds(text))
+
+
+def _kinds(text: str) -> dict[str, str]:
+    """Each fact of ``text`` with its kind (url, email, path, ident, number), first seen first."""
+    seen: dict[str, str] = {}
     # No fact spans whitespace, so each word is matched alone and plain words are
     # skipped: 2.4x faster than scanning the whole text on prose, 1.4x on log lines.
     for word in _WORD.findall(text):
@@ -54,13 +63,20 @@ def extract(text: str) -> list[str]:
             if match.lastgroup in {"url", "path"}:
                 fact = fact.rstrip(_TRAILING)
             if len(fact) >= 2 or (match.lastgroup == "number" and fact.isdigit()):
-                seen.setdefault(fact, None)
-    return list(seen)
+                seen.setdefault(fact, str(match.lastgroup))
+    return seen
 
 
 def lost_facts(originals: str, summary: str) -> list[str]:
-    """Facts of ``originals`` that ``summary`` does not contain verbatim, in order of appearance."""
-    return [fact for fact in extract(originals) if not _contains(summary, fact)]
+    """Facts of ``originals`` that ``summary`` does not contain verbatim.
+
+    URLs and e-mail addresses come first, then paths, identifiers and numbers; each
+    group in order of first appearance, so a caller keeping only the first few
+    keeps the most telling ones.
+    """
+    kinds = _kinds(originals)
+    lost = [fact for fact in kinds if not _contains(summary, fact)]
+    return sorted(lost, key=lambda fact: PRIORITY[kinds[fact]])  # stable: first seen first
 
 
 def _contains(text: str, fact: str) -> bool:

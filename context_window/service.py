@@ -26,7 +26,6 @@ from context_window.tokens import TokenCounter
 log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
-FACTS_SHOWN = 200  # facts appended to one summary; the rest are counted and stay in the originals
 
 
 @dataclass(frozen=True)
@@ -105,6 +104,16 @@ class Service:
         if self.llm is not None:
             await self.llm.aclose()
 
+    def _fit_facts(self, facts: list[str], budget: int) -> list[str]:
+        """The leading facts whose ``; ``-joined list fits in ``budget`` tokens."""
+        used, out = 0, []
+        for fact in facts:
+            used += self.counter.count(fact) + 1  # the separator
+            if used > budget:
+                break
+            out.append(fact)
+        return out
+
     def session(self, session_id: str) -> Session:
         """An existing session (NotFound naming context_open otherwise)."""
         return self.sessions.get(session_id)
@@ -128,12 +137,13 @@ class Service:
         text = "\n\n".join(_render_for_summary(e) for e in plan.entries)
         summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
         lost = lost_facts("\n".join(e.text for e in plan.entries), summary.text)
-        kept = lost[:FACTS_SHOWN]
+        kept = self._fit_facts(lost, target_tokens)
         final = summary
-        if kept:
+        if lost:
             more = len(lost) - len(kept)
             extra = f" (+{more} more in the originals)" if more else ""
-            text = f"{summary.text}\nKept facts: {'; '.join(kept)}{extra}"
+            listed = "; ".join(kept) if kept else "none fitted"
+            text = f"{summary.text}\nKept facts: {listed}{extra}"
             final = replace(summary, text=text, tokens=self.counter.count(text))
         entry = session.commit_summary(plan, final.text, final.method, kept)
         return Compaction(session.id, plan, final, entry, False, tuple(kept), len(lost) - len(kept))

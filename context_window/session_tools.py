@@ -140,14 +140,17 @@ def render_compaction(c: Compaction, budget: int, stats: SessionStats) -> str:
         f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.",
         bar(stats.live_tokens, budget),
     ]
-    if c.kept_facts:
-        more = f" (+{c.facts_not_kept} more left in the originals)" if c.facts_not_kept else ""
+    lost = len(c.kept_facts) + c.facts_not_kept
+    if lost:
         shown = "; ".join(c.kept_facts[:FACTS_IN_REPORT])
         rest = len(c.kept_facts) - FACTS_IN_REPORT
         shown += f"; … {rest} more" if rest > 0 else ""
-        lines.append(
-            f"The summary had lost {len(c.kept_facts)} facts; appended to it: {shown}{more}"
-        )
+        line = f"The summary text lost {lost} facts of the originals"
+        if c.kept_facts:
+            line += f"; appended {len(c.kept_facts)} to it: {shown}"
+        if c.facts_not_kept:
+            line += f"; {c.facts_not_kept} more did not fit target_tokens (see the originals)"
+        lines.append(line)
     lines.append(
         f"Originals are kept: context_recall(include_superseded=true) shows them; "
         f"context_uncompact(compaction_id={c.entry.id!r}) restores them."

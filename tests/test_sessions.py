@@ -10,6 +10,7 @@ import pytest
 
 from context_window.config import Settings
 from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.facts import lost_facts
 from context_window.service import Service
 from context_window.sessions import Session, SessionStore
 from context_window.storage import check_id
@@ -342,10 +343,18 @@ async def test_compaction_folds_old_entries_and_keeps_originals(service: Service
     assert c.entry.role == "summary" and c.entry.replaces == tuple(folded)
     prose, _, facts = c.summary.text.partition("\nKept facts: ")
     assert service.counter.count(prose) <= 60  # target_tokens bounds the summary's prose
-    # Every path, number and identifier the prose dropped is appended, none twice.
-    assert facts.split("; ") == list(c.kept_facts) and c.kept_facts
+    # The facts the prose dropped follow it, as many as fit in target_tokens again, the
+    # rest counted; paths before identifiers before numbers.
+    listed, _, more = facts.partition(" (+")
+    assert listed.split("; ") == list(c.kept_facts) and c.kept_facts
+    assert service.counter.count(listed) <= 60
+    assert more == f"{c.facts_not_kept} more in the originals)" and c.facts_not_kept > 0
+    originals = "\n".join(e.text for e in c.plan.entries)
+    lost = lost_facts(originals, prose)
+    assert lost == [*c.kept_facts, *lost[len(c.kept_facts) :]]
+    assert len(lost) == len(c.kept_facts) + c.facts_not_kept
     for i in (0, 2, 3, 4, 5):
-        assert f"/srv/app/{i}/config.yaml" in c.summary.text and f"CW-{100 + i}" in c.summary.text
+        assert f"/srv/app/{i}/config.yaml" in c.summary.text
     assert c.tokens_freed == c.plan.tokens - c.summary.tokens > 0
     live = s.entries()
     # The summary stands where the newest folded entry stood, before the kept ones.
