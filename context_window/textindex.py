@@ -135,6 +135,46 @@ class MemoryIndex:
             self._pending.extend(map(self._term_ids.__getitem__, counts))
         return doc
 
+    def add_many(
+        self,
+        doc: npt.NDArray[np.uint32],
+        term: npt.NDArray[np.uint32],
+        tf: npt.NDArray[np.uint32],
+        lengths: npt.NDArray[np.int64],
+        vocabulary: Sequence[str],
+    ) -> None:
+        """Index a batch of documents at once, as :meth:`add` of each would.
+
+        ``doc[i]`` (0-based within the batch, ascending) holds ``vocabulary[term[i]]``
+        ``tf[i]`` times, one triple per distinct (document, term); ``lengths`` is each
+        document's total term count (``termcount.Triples`` has this shape).
+        """
+        base = len(self._doc_len)
+        ids = np.empty(len(vocabulary), dtype=np.int64)
+        for k, word in enumerate(vocabulary):
+            tid = self._term_ids.get(word)
+            if tid is None:
+                tid = self._term_ids[word] = len(self._post_docs)
+                self._post_docs.append([])
+                self._post_tfs.append([])
+            ids[k] = tid
+        tids = ids[term]
+        order = np.argsort(tids, kind="stable")  # by term; documents stay ascending
+        sorted_tids = tids[order]
+        docs = (doc[order].astype(np.int64) + base).tolist()
+        tfs = tf[order].tolist()
+        if len(order):
+            cuts = np.flatnonzero(np.diff(sorted_tids)) + 1
+            firsts = np.concatenate(([0], cuts))
+            lasts = np.concatenate((cuts, [len(order)])).tolist()
+            for tid, a, b in zip(sorted_tids[firsts].tolist(), firsts.tolist(), lasts, strict=True):
+                self._post_docs[tid].extend(docs[a:b])
+                self._post_tfs[tid].extend(tfs[a:b])
+        self._doc_len.extend(lengths.tolist())
+        self._total_len += int(lengths.sum())
+        if self._df is not None:
+            self._pending.extend(tids.tolist())
+
     def _postings(self, tid: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         docs = self._post_docs[tid]
         cached = self._cache.get(tid)

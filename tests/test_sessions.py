@@ -12,7 +12,7 @@ from context_window.config import Settings
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.facts import lost_facts
 from context_window.service import Service
-from context_window.sessions import Session, SessionStore
+from context_window.sessions import BATCH_INDEX, Session, SessionStore
 from context_window.storage import check_id
 from context_window.summarize import split_sentences
 from context_window.tokens import TokenCounter
@@ -516,3 +516,23 @@ def test_a_damaged_meta_is_rebuilt_kept_and_reported(tmp_path: Path, damage: byt
     else:
         assert "unreadable" in repair and corrupt.read_bytes() == damage
     assert meta.exists() and again.title == "m"
+
+
+def test_a_replay_indexes_in_one_batch_exactly_as_appends_do(tmp_path: Path) -> None:
+    """Replaying many entries counts their terms vectorized; ranking must not change."""
+    texts = [
+        f"{word} getUserName blk_{i % 17} naïve Straße 東京 {i * 7} $cost_{i % 5} "
+        f"{'x' * (70 + i % 3)} end"
+        for i, word in enumerate(["alpha", "Beta", "gammaRay", "DELTA_CASE", "é"] * 40)
+    ]
+    writer = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]
+    for i, text in enumerate(texts):  # one entry per apply: the per-entry path
+        writer.append(text, tags=["t", f"tag{i % 3}"] if i % 2 else None)
+    replayed = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]  # one batch
+    assert len(texts) >= BATCH_INDEX
+    queries = ["getusername", "user name", "blk 3", "naïve", "東京", "tag1", "gamma ray", "end"]
+    for q in [*queries, "x" * 71, "cost_2 delta"]:
+        a, b = writer.recall(q, 100_000), replayed.recall(q, 100_000)
+        assert [e.id for e in a.entries] == [e.id for e in b.entries], q
+        assert a.scores == b.scores, q
+        assert a.candidates == b.candidates > 0, q
