@@ -1,8 +1,9 @@
 """A scripted MCP session against context-window over stdio, as a host like LM Studio runs it.
 
 Starts ``python -m context_window --no-llm`` on a temporary data dir, then opens a
-session, appends notes, recalls them, ingests a document (a file under the ingest
-root) and pages through it with doc_window. Prints a short transcript on stdout and
+session, appends notes (one with a ttl), recalls them, compacts and undoes the
+compaction, ingests a document (a file under the ingest root) and pages through it
+with doc_window on the session's own cursor. Prints a short transcript on stdout and
 exits non-zero on any failure.
 
     python examples/scripted_session.py            # temporary data dir, removed after
@@ -116,6 +117,22 @@ async def run(data_dir: Path, docs_dir: Path) -> None:
         )
         if "readiness poll" not in recalled:
             raise Failure("context_recall did not return the appended note")
+        await call(
+            client,
+            "context_append",
+            session_id="demo",
+            ttl_days=7,
+            text="Temporary: CI runner ci-7 is down until Monday.",
+        )
+        compacted = await call(client, "context_compact", session_id="demo", keep_recent=1)
+        compaction = (compacted.structured_content or {}).get("compaction_id")
+        if not compaction:
+            raise Failure("context_compact folded nothing")
+        restored = await call(
+            client, "context_uncompact", session_id="demo", compaction_id=compaction
+        )
+        if len((restored.structured_content or {}).get("restored", [])) != 2:
+            raise Failure("context_uncompact did not bring back the two folded notes")
 
         if not {"doc_ingest", "doc_window"} <= tools:
             print("# doc_ingest/doc_window are not registered by this server; documents skipped")
@@ -125,7 +142,11 @@ async def run(data_dir: Path, docs_dir: Path) -> None:
         await call(client, "doc_ingest", file_path=str(path), doc_id="checklist")
         seen: set[str] = set()
         for _ in range(10):
-            page = text_of(await call(client, "doc_window", doc_id="checklist", budget_tokens=80))
+            page = text_of(
+                await call(
+                    client, "doc_window", doc_id="checklist", session_id="demo", budget_tokens=80
+                )
+            )
             new = {m for m in MARKERS if m in page} - seen
             if not new:
                 break
