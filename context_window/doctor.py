@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from context_window.errors import InvalidInput, StorageError
-from context_window.storage import Journal, check_id, read_json
+from context_window.storage import REWRITE, Journal, check_id, read_json
 
 # Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
 _INDEX_ARRAYS: dict[str, int | None] = {
@@ -210,6 +210,8 @@ def _audit_journal(report: Report, path: Path) -> int:
         elif kind == "patch":
             if str(rec.get("id")) not in entries:
                 report.add(where, f"patch for unknown entry {rec.get('id')!r:.80} (orphan)")
+        elif kind == REWRITE and number == 1:
+            continue  # the identity line a purge starts a rewritten log with
         else:
             report.add(where, f"unknown record kind {kind!r:.40}; skipped")
     return len(entries)

@@ -17,6 +17,8 @@ from typing import Any
 
 from context_window.errors import InvalidInput, StorageError
 
+REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
+_HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -97,6 +99,13 @@ class Journal:
     ``read_new`` returns records appended since the last call (by anyone) and
     counts lines that do not parse; a torn last line left by a crashed writer is
     closed off by the next append, so it is skipped exactly once by every reader.
+
+    A journal is replaced only by :meth:`rewrite` (a purge). Readers recognise the
+    file they have been reading by its inode *and* its first bytes: a freed inode
+    number is soon given to a new file, so the inode alone would let a reader take a
+    rewritten log for the old one and read on from a stale offset. A rewritten file
+    starts with an identity line (kind ``rewrite``, a random id) that no other file
+    starts with; ``read_new`` hides it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -107,6 +116,8 @@ class Journal:
         self._fd: int | None = None
         self._depth = 0
         self._ident: tuple[int, int] | None = None  # (device, inode) of the file last read
+        self._head = b""  # its first bytes, as far as they were seen
+        self._seen: tuple[int, int] | None = None  # (size, mtime_ns) after the last read/write
         self.generation = 0  # bumped when the file was replaced (a purge): replay from 0
 
     @contextlib.contextmanager
@@ -144,11 +155,13 @@ class Journal:
                 os.close(fd)
                 continue
             ident = (held.st_dev, held.st_ino)
-            if self._ident is not None and ident != self._ident:
+            head = os.pread(fd, _HEAD_BYTES, 0)
+            known = self._ident is not None
+            if known and (ident != self._ident or head[: len(self._head)] != self._head):
                 self._offset = 0  # a different file: everything in it is new to us
                 self.skipped = 0
                 self.generation += 1
-            self._ident = ident
+            self._ident, self._head = ident, head
             return fd
 
     def changed(self) -> bool:
@@ -159,7 +172,15 @@ class Journal:
             return self._offset != 0
         if self._ident is not None and (st.st_dev, st.st_ino) != self._ident:
             return True
+        if self._seen is not None:  # mtime too: a rewrite may reuse the inode and the size
+            return (st.st_size, st.st_mtime_ns) != self._seen
         return st.st_size != self._offset
+
+    def _note(self) -> None:
+        """Remember the size and mtime of what has been read or written (under the lock)."""
+        assert self._fd is not None
+        st = os.fstat(self._fd)
+        self._seen = (st.st_size, st.st_mtime_ns)
 
     def read_all(self) -> list[dict[str, Any]]:
         """Every readable record from the start of the file; call under :meth:`locked`."""
@@ -174,7 +195,8 @@ class Journal:
         they next lock it and replay from the start.
         """
         assert self._fd is not None, "rewrite needs the lock"
-        payload = b"".join(_line(r) for r in records)
+        identity = {"kind": REWRITE, "id": secrets.token_hex(12), "at": time.time()}
+        payload = b"".join(_line(r) for r in [identity, *records])
         fd, tmp = tempfile.mkstemp(
             prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
         )
@@ -197,7 +219,8 @@ class Journal:
         _unlock_fd(old_fd)
         os.close(old_fd)
         st = os.fstat(new_fd)
-        self._ident = (st.st_dev, st.st_ino)
+        self._ident, self._head = (st.st_dev, st.st_ino), os.pread(new_fd, _HEAD_BYTES, 0)
+        self._seen = None
         self._offset = 0  # the caller replays the new file (and any append that beat us to it)
         self.skipped = 0
         self.generation += 1
@@ -206,9 +229,10 @@ class Journal:
         """Records appended since the last read; call under :meth:`locked`."""
         assert self._fd is not None, "read_new needs the lock"
         size = os.fstat(self._fd).st_size
-        if size < self._offset:  # replaced or truncated underneath us: start over
+        if size < self._offset:  # truncated by hand underneath us (a rewrite is detected)
             raise StorageError(f"{self.path} shrank from {self._offset} to {size} bytes")
         if size == self._offset:
+            self._note()
             return []
         data = os.pread(self._fd, size - self._offset, self._offset)
         end = data.rfind(b"\n") + 1
@@ -223,10 +247,11 @@ class Journal:
             except ValueError:
                 self.skipped += 1
                 continue
-            if isinstance(rec, dict):
-                records.append(rec)
-            else:
+            if not isinstance(rec, dict):
                 self.skipped += 1
+            elif rec.get("kind") != REWRITE:
+                records.append(rec)
+        self._note()
         return records
 
     def write(self, records: list[dict[str, Any]]) -> None:
@@ -242,6 +267,7 @@ class Journal:
         if written != len(payload):
             raise StorageError(f"short write to {self.path}: {written} of {len(payload)} bytes")
         self._offset += written
+        self._note()
 
 
 def _line(record: dict[str, Any]) -> bytes:

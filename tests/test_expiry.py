@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import pytest
 from conftest import SettingsFactory
 from mcp import Client
+from reliability.support import FixedClock as Clock
 from test_session_tools import error, ok
 
 from context_window.config import Settings
@@ -16,16 +17,6 @@ from context_window.service import Service
 
 pytestmark = pytest.mark.anyio
 DAY = 86_400.0
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @asynccontextmanager

@@ -53,6 +53,9 @@ def test_purge_erases_and_a_dry_run_changes_nothing(
     assert doomed.id.encode() not in raw and old.id.encode() not in raw
     fresh = SessionStore(data, TokenCounter(0.27)).open("s")[0]
     assert [e.id for e in fresh.entries(include_hidden=True)] == [kept.id]
+    assert fresh.stats().skipped_lines == 0  # the rewritten log's identity line is no record
+    capsys.readouterr()
+    assert main(["doctor", "--data-dir", str(data)]) == 0, capsys.readouterr().out
 
 
 def test_purge_errors_are_one_line(tmp_path: Path) -> None:

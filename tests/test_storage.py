@@ -161,13 +161,48 @@ def test_garbage_in_the_middle_is_skipped_and_counted(tmp_path: Path) -> None:
 
 def test_shrunk_journal_is_a_storage_error(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
+    append(path, {"n": 1, "pad": "x" * 300}, {"n": 2})
+    reader = Journal(path)
+    with reader.locked():
+        reader.read_new()
+    path.write_bytes(path.read_bytes()[:320])  # same start, cut short: not a rewrite
+    with reader.locked(), pytest.raises(StorageError, match="shrank"):
+        reader.read_new()
+
+
+def test_a_file_emptied_in_place_is_read_as_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
     append(path, {"n": 1}, {"n": 2})
     reader = Journal(path)
     with reader.locked():
         reader.read_new()
     path.write_bytes(b"")
-    with reader.locked(), pytest.raises(StorageError, match="shrank"):
-        reader.read_new()
+    append(path, {"n": 3})
+    with reader.locked():
+        assert reader.read_new() == [{"n": 3}] and reader.generation == 1
+
+
+def test_a_rewrite_on_a_reused_inode_is_noticed(tmp_path: Path) -> None:
+    """A purge's new file can get the inode number the old one freed; the head tells them apart."""
+    path = tmp_path / "j.jsonl"
+    append(path, *({"kind": "entry", "id": f"e{i}", "text": "old"} for i in range(3)))
+    reader = Journal(path)
+    with reader.locked():
+        assert len(reader.read_new()) == 3
+    offset, inode = path.stat().st_size, path.stat().st_ino
+    writer = Journal(tmp_path / "other.jsonl")
+    new = [{"kind": "entry", "id": f"n{i}", "text": "new " * 20} for i in range(4)]
+    with writer.locked():
+        writer.rewrite(new)  # a rewritten log: an identity line, then the records
+    rewritten = (tmp_path / "other.jsonl").read_bytes()
+    with path.open("r+b") as f:  # the same bytes on the same inode number as before
+        f.truncate(0)
+        f.write(rewritten)
+    assert path.stat().st_ino == inode and path.stat().st_size > offset
+    assert reader.changed()
+    with reader.locked():
+        assert reader.read_new() == new  # from the start, without the identity line
+        assert reader.generation == 1 and reader.skipped == 0
 
 
 # --- sessions on disk -------------------------------------------------------------------

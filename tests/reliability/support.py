@@ -21,6 +21,16 @@ WRITER = HERE / "child_writer.py"
 FIGURES: dict[str, Any] = {}
 
 
+class FixedClock:
+    """A clock the test moves by hand (``clock.now += DAY``)."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def settings_for(data_dir: Path, **changes: Any) -> Settings:
     """Settings for a test instance: no LLM, no audit lines, nothing from the environment."""
     flags: dict[str, Any] = {"data_dir": data_dir, "llm_enabled": False, "audit": False}

@@ -12,17 +12,9 @@ import anyio
 from context_window.sessions import SessionStore
 from context_window.tokens import TokenCounter
 
-from .support import acked_lines, record, service_for, writer
+from .support import FixedClock, acked_lines, record, service_for, writer
 
 DAY = 86_400.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def log_of(data_dir: Path, sid: str) -> bytes:
@@ -30,7 +22,7 @@ def log_of(data_dir: Path, sid: str) -> bytes:
 
 
 def test_purge_erases_deleted_and_expired_and_keeps_the_rest(data_dir: Path) -> None:
-    clock = Clock()
+    clock = FixedClock()
     service = service_for(data_dir)
     store = SessionStore(data_dir, service.counter, clock)
     s = store.open("p")[0]
@@ -59,7 +51,8 @@ def test_purge_erases_deleted_and_expired_and_keeps_the_rest(data_dir: Path) -> 
     raw = log_of(data_dir, "p")
     assert b"secret-deleted" not in raw and b"secret-expired" not in raw
     assert folded[0].id.encode() not in raw  # not even in the summary's replaces list
-    records = [json.loads(line) for line in raw.splitlines()]
+    identity, *records = [json.loads(line) for line in raw.splitlines()]
+    assert identity["kind"] == "rewrite" and len(identity["id"]) == 24  # new file, new identity
     assert len(records) == done.kept
     # Everything else reads back exactly as before, in this process and in a fresh one.
     for view in (s, SessionStore(data_dir, service.counter, clock).open("p")[0]):
@@ -130,7 +123,9 @@ def test_purge_while_processes_append_loses_nothing(data_dir: Path) -> None:
         stop.set()
         thread.join()
     s.purge()
-    records = [json.loads(line) for line in log_of(data_dir, "shared").splitlines()]
+    lines = [json.loads(line) for line in log_of(data_dir, "shared").splitlines()]
+    records = [r for r in lines if r["kind"] != "rewrite"]
+    assert lines[0]["kind"] == "rewrite" and len(lines) == len(records) + 1
     ids = [r["id"] for r in records]
     assert sorted(ids) == sorted(acked), "every acknowledged append survives, none twice"
     assert all(r["text"] != "doomed" for r in records)
