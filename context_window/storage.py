@@ -195,6 +195,9 @@ class Journal:
         they next lock it and replay from the start.
         """
         assert self._fd is not None, "rewrite needs the lock"
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):  # only a killed rewrite leaves one: we hold the lock
+                stale.unlink()
         identity = {"kind": REWRITE, "id": secrets.token_hex(12), "at": time.time()}
         payload = b"".join(_line(r) for r in [identity, *records])
         fd, tmp = tempfile.mkstemp(

@@ -5,6 +5,7 @@ whatever the parent reads from the pipe was durable in the log when printed.
 
     child_writer.py append   DATA SESSION SEED          append until killed
     child_writer.py compact  DATA SESSION SEED          append and compact until killed
+    child_writer.py purge    DATA SESSION SEED          append, delete some, purge, until killed
     child_writer.py burst    DATA SESSION N TAG         wait for "go" on stdin, append N, exit
     child_writer.py ingest   DATA DOC_ID SEED           ingest the same doc id until killed
     child_writer.py die-at   DATA DOC_ID STAGE          die at one stage of a replace or forget
@@ -67,6 +68,23 @@ def run_compact(data: Path, sid: str, seed: int) -> None:
         done = anyio.run(service.compact, sid, rng.randint(0, 3), rng.choice((16, 64, 200)))
         if done.entry is not None:
             ack(f"C {done.entry.id} " + " ".join(e.id for e in done.plan.entries))
+
+
+def run_purge(data: Path, sid: str, seed: int) -> None:
+    rng = random.Random(seed)
+    session, _ = SessionStore(data, TokenCounter(0.27)).open(sid)
+    ack("ready")
+    n = 0
+    while True:
+        ids = [session.append(text_for(rng, n + i, 0.05)).id for i in range(rng.randint(3, 10))]
+        n += len(ids)
+        ack("A " + " ".join(ids))
+        doomed = rng.sample(ids, rng.randint(1, len(ids) - 1))
+        for eid in doomed:
+            session.update(eid, deleted=True)
+            ack(f"D {eid}")
+        done = session.purge()
+        ack("P " + " ".join(done.entries))
 
 
 def run_burst(data: Path, sid: str, count: int, tag: str) -> None:
@@ -147,6 +165,8 @@ def main() -> None:
         run_append(data, name, int(sys.argv[4]))
     elif mode == "compact":
         run_compact(data, name, int(sys.argv[4]))
+    elif mode == "purge":
+        run_purge(data, name, int(sys.argv[4]))
     elif mode == "burst":
         run_burst(data, name, int(sys.argv[4]), sys.argv[5])
     elif mode == "die-at":

@@ -4,6 +4,7 @@ writers in other processes (or other open sessions) keep every append across the
 from __future__ import annotations
 
 import json
+import random
 import threading
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import anyio
 from context_window.sessions import SessionStore
 from context_window.tokens import TokenCounter
 
-from .support import FixedClock, acked_lines, record, service_for, writer
+from .support import FixedClock, acked_lines, add, kill_at_random, record, service_for, writer
 
 DAY = 86_400.0
 
@@ -133,3 +134,49 @@ def test_purge_while_processes_append_loses_nothing(data_dir: Path) -> None:
     assert fresh.stats().total == procs_n * appends == s.stats().total
     assert purges[0] > 0
     record("purges racing 2 appending processes (appends kept)", f"{purges[0]} ({len(acked)})")
+
+
+PURGE_KILL_ROUNDS = 15
+
+
+def test_purge_survives_sigkill(data_dir: Path) -> None:
+    """Kill a process that appends, deletes and purges; nothing acknowledged is lost."""
+    rng = random.Random(11)
+    sid = "purging"
+    SessionStore(data_dir, TokenCounter(0.27)).open(sid)
+    kept: set[str] = set()  # acknowledged appends never deleted
+    deleted: set[str] = set()  # acknowledged deletions: present-deleted or erased
+    erased: set[str] = set()  # erased by a purge that returned
+    purges = 0
+    kills_since_purge = 0  # each kill may tear one line; a purge drops the torn ones
+    for rnd in range(PURGE_KILL_ROUNDS):
+        kills_since_purge += 1
+        for line in kill_at_random(["purge", str(data_dir), sid, str(rnd)], rng, 0.3):
+            kind, *ids = line.split()
+            if kind == "A":
+                kept.update(ids)
+            elif kind == "D":
+                kept.difference_update(ids)
+                deleted.update(ids)
+            else:
+                erased.update(ids)
+                purges += 1
+                kills_since_purge = 1
+        session = SessionStore(data_dir, TokenCounter(0.27)).open(sid)[0]
+        present = {e.id: e for e in session.entries(include_hidden=True)}
+        assert kept <= set(present), f"round {rnd}: acknowledged appends lost"
+        assert all(present[e].live for e in kept)
+        assert not erased & set(present), f"round {rnd}: an erased entry came back"
+        assert all(present[e].deleted for e in deleted & set(present))
+        assert session.stats().skipped_lines <= kills_since_purge
+        leftovers = list((data_dir / "sessions" / sid).glob(".entries.jsonl.*.tmp"))
+        assert len(leftovers) <= 1  # a killed purge's temp file, removed by the next purge
+    session = SessionStore(data_dir, TokenCounter(0.27)).open(sid)[0]
+    session.purge()
+    assert not list((data_dir / "sessions" / sid).glob(".entries.jsonl.*.tmp"))
+    remaining = {e.id for e in session.entries(include_hidden=True)}
+    # What remains: every acknowledged append, plus any written but killed before its ack.
+    assert kept <= remaining and not remaining & (deleted | erased)
+    assert purges > 0
+    add("crash rounds survived (purge, SIGKILL)", PURGE_KILL_ROUNDS)
+    record("purges completed before kills", purges)
