@@ -20,7 +20,7 @@ _PATH = (
 # Identifiers: code-shaped words a paraphrase would not reproduce.
 _IDENT = (
     r"(?:(?<![\w-])--?[A-Za-z][\w-]+)"  # --flags
-    r"|(?:\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w*)+(?:\(\))?)"  # dotted.names, file.ext, call()
+    r"|(?:(?<![\w-])[A-Za-z_][\w-]*\w(?:\.[A-Za-z_]\w*)+(?:\(\))?)"  # a.b, my-file.ext, f()
     r"|(?:\b\w*_\w+\b)"  # snake_case, CONSTANT_NAME
     r"|(?:\b[a-z]+[A-Z]\w*\b)"  # camelCase
     r"|(?:\b[A-Z][a-z0-9]+[A-Z]\w*\b)"  # PascalCase with an inner capital

@@ -65,3 +65,9 @@ def test_lost_facts_are_those_the_summary_does_not_hold_as_whole_tokens() -> Non
 def test_a_summary_that_keeps_everything_loses_nothing() -> None:
     assert lost_facts(NOTE, NOTE) == []
     assert lost_facts("no facts here at all", "") == []
+
+
+def test_hyphenated_file_names_stay_whole() -> None:
+    facts = extract("Set dfs.replication in hdfs-site.xml; my-app.config.yaml too.")
+    assert facts == ["dfs.replication", "hdfs-site.xml", "my-app.config.yaml"]
+    assert lost_facts("edit hdfs-site.xml", "edited the site.xml") == ["hdfs-site.xml"]
