@@ -24,7 +24,7 @@ from benchmarks.sessions import write_session
 from context_window.config import Settings
 from context_window.facts import lost_facts
 from context_window.service import Service
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter, estimate
 
 RATIO = 0.27

@@ -14,7 +14,7 @@ from benchmarks.corpus import session_queries, session_texts
 from benchmarks.measure import stopwatch, summary_ms, time_calls
 from context_window.config import Settings
 from context_window.service import Service
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.storage import write_json_atomic
 from context_window.tokens import TokenCounter
 

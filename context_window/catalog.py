@@ -16,8 +16,9 @@ from typing import Any
 from context_window.doctables import DocInfo
 from context_window.documents import DocumentStore
 from context_window.errors import InvalidInput, NotFound
-from context_window.models import Entry, Hit, SessionInfo
-from context_window.sessions import Session, SessionStats, SessionStore
+from context_window.models import Entry, Hit, SessionInfo, SessionStats
+from context_window.sessions import Session
+from context_window.sessionstore import SessionStore
 from context_window.storage import Journal, check_id, read_json
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter

@@ -86,3 +86,55 @@ class SessionInfo:
     created_at: float
     updated_at: float
     extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recall:
+    """Entries chosen for a recall, in chronological order, and what was left out."""
+
+    entries: tuple[Entry, ...]
+    candidates: int
+    packed: Packed
+    scores: dict[str, float]
+    beyond_limit: int = 0
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    """Counts and token totals of one session after replay."""
+
+    total: int
+    live: int
+    superseded: int
+    deleted: int
+    pinned: int
+    expired: int
+    live_tokens: int
+    skipped_lines: int
+    orphan_patches: int
+    repairs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge removed from a session's log, and what it could not erase."""
+
+    entries: tuple[str, ...]
+    patches: int
+    unreadable: int
+    kept: int
+    folded: tuple[tuple[str, str], ...]  # (removed entry, live summary that folded its text)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """The live, unpinned entries a compaction would fold, oldest first."""
+
+    entries: tuple[Entry, ...]
+    kept_recent: int
+    pinned_kept: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the entries to fold."""
+        return sum(e.tokens for e in self.entries)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
 
 from context_window.models import Packed
 
@@ -24,3 +28,18 @@ def pack(costs: Sequence[int], budget: int, *, at_least_one: bool = False) -> Pa
         else:
             omitted += 1
     return Packed(items=tuple(chosen), used_tokens=used, omitted=omitted, budget=budget)
+
+
+def pack_ranked(costs: npt.NDArray[np.int64], budget: int) -> Packed:
+    """``pack`` over ``costs``, stopping once nothing further down the ranking could still fit."""
+    n = len(costs)
+    if n == 0:
+        return pack([], budget)
+    suffix_min = np.minimum.accumulate(costs[::-1])[::-1]
+    size = 256
+    while True:
+        size = min(size, n)
+        packed = pack(costs[:size].tolist(), budget)
+        if size == n or budget - packed.used_tokens < suffix_min[size]:
+            return replace(packed, omitted=packed.omitted + n - size)
+        size *= 4

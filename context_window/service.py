@@ -18,8 +18,9 @@ from context_window.documents import DocumentStore
 from context_window.errors import InvalidInput
 from context_window.facts import lost_facts
 from context_window.llm import LLMClient
-from context_window.models import Entry, Summary
-from context_window.sessions import CompactionPlan, Session, SessionStore
+from context_window.models import CompactionPlan, Entry, Summary
+from context_window.sessions import Session
+from context_window.sessionstore import SessionStore
 from context_window.summarize import Summarizer
 from context_window.tokens import TokenCounter
 

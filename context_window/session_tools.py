@@ -10,9 +10,9 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from context_window.adapters import guarded, result
-from context_window.models import Entry
+from context_window.models import Entry, Recall, SessionStats
 from context_window.service import Compaction, Service
-from context_window.sessions import Recall, Session, SessionStats
+from context_window.sessions import Session
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)

@@ -14,8 +14,8 @@ from typing import Any
 from context_window.archive import entry_flags
 from context_window.catalog import Found, SessionRow
 from context_window.doctables import DocInfo
-from context_window.models import Entry
-from context_window.sessions import Purged, Session
+from context_window.models import Entry, Purged
+from context_window.sessions import Session
 
 WIDTH = 80
 INDENT = "    "

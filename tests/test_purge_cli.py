@@ -12,7 +12,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from context_window.cli import main
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter
 
 DAY = 86_400.0

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter
 
 

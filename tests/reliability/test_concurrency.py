@@ -11,7 +11,7 @@ import anyio
 from mcp import Client
 
 from context_window.server import build_server
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import acked_lines, record, service_for, writer

@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from context_window.server import build_server
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import service_for

@@ -14,7 +14,7 @@ import pytest
 
 from context_window.cli import main as cli_main
 from context_window.doctor import audit, run
-from context_window.sessions import SessionStore
+from context_window.sessionstore import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import service_for, snapshot, writer

@@ -1,0 +1,151 @@
+"""The replayed state of one session's journal: its entries, their flags, and a BM25 index.
+
+Records are applied in file order, last value winning. Beside the entry dicts the
+state keeps per-position arrays (time position, token cost, expiry, flags) so
+that recall works on numpy arrays, not on dicts. ``sessions.Session`` owns one
+and replaces it when the journal is rewritten.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+from context_window.models import Entry
+from context_window.termcount import TermCounter
+from context_window.textindex import Analyzer, MemoryIndex
+from context_window.tokens import TokenCounter
+
+BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
+
+
+class SessionState:
+    """Entries replayed from journal records, with the arrays and index recall needs."""
+
+    def __init__(self, counter: TokenCounter, analyzer: Analyzer) -> None:
+        self.counter = counter
+        self.analyzer = analyzer
+        self.index = MemoryIndex()
+        self.records: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []  # entry ids by position in the index
+        # Per position, mirrored from the records so recall works on arrays, not dicts.
+        self.pos: dict[str, int] = {}
+        self.seqs = array("d")
+        self.costs = array("q")
+        self.expires = array("d")  # expiry time per position; inf = never
+        self.flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
+        self.replacers: dict[str, list[str]] = {}  # entry id -> summaries that replace it
+        self.explicit: dict[str, bool] = {}  # superseded as set by patch records
+        self.max_seq = 0
+        self.orphans = 0  # patches for unknown entries
+        self.skipped = 0  # records that are not a valid entry or patch
+
+    def recount(self) -> None:
+        """Estimate every entry's tokens again (the token ratio changed)."""
+        for eid, rec in self.records.items():
+            rec["tokens"] = self.costs[self.pos[eid]] = self.counter.count(rec["text"])
+
+    def apply(self, records: list[dict[str, Any]]) -> None:
+        """Apply journal records in order; count what cannot be applied."""
+        texts: list[str] = []  # of new entries, in position order, indexed below
+        for rec in records:
+            kind = rec.get("kind")
+            if kind == "entry":
+                self._add_entry(rec, texts)
+            elif kind == "patch":
+                target = self.records.get(str(rec.get("id")))
+                if target is None:
+                    self.orphans += 1
+                    continue
+                eid = target["id"]
+                if isinstance(rec.get("pinned"), bool):
+                    self.set_flag(eid, "pinned", rec["pinned"])
+                if isinstance(rec.get("superseded"), bool):
+                    self.explicit[eid] = rec["superseded"]
+                    self.resolve_superseded(eid)
+                if isinstance(rec.get("deleted"), bool):
+                    self.set_flag(eid, "deleted", rec["deleted"])
+                    for old in target["replaces"]:  # a deleted summary releases its originals
+                        self.resolve_superseded(old)
+            else:
+                self.skipped += 1
+        if len(texts) >= BATCH_INDEX:  # a replay: count all terms at once, vectorized
+            counter = TermCounter(self.analyzer)
+            t = counter.count(texts)
+            self.index.add_many(t.chunk, t.term, t.tf, t.lengths, list(counter.vocab))
+        else:
+            for text in texts:
+                self.index.add(self.analyzer.counts(text))
+
+    def _add_entry(self, rec: dict[str, Any], texts: list[str]) -> None:
+        eid, text = rec.get("id"), rec.get("text")
+        if not isinstance(eid, str) or not isinstance(text, str) or eid in self.records:
+            self.skipped += 1
+            return
+        seq = rec.get("seq")
+        seq = seq if isinstance(seq, int) else self.max_seq + 1
+        raw_tags = rec.get("tags")
+        raw_replaces = rec.get("replaces")
+        tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
+        replaces = tuple(str(r) for r in raw_replaces) if isinstance(raw_replaces, list) else ()
+        stamp = rec.get("created_at")  # a hand-edited line must not make the session unreadable
+        expires = rec.get("expires_at")
+        state: dict[str, Any] = {
+            "id": eid,
+            "seq": seq,
+            "created_at": float(stamp) if isinstance(stamp, int | float) else 0.0,
+            "role": str(rec.get("role") or "note"),
+            "text": text,
+            "tokens": self.counter.count(text),
+            "tags": tags,
+            "pinned": bool(rec.get("pinned", False)),
+            "deleted": False,
+            "superseded": False,
+            "replaces": replaces,
+            "expires_at": float(expires) if isinstance(expires, int | float) else None,
+        }
+        self.records[eid] = state
+        self.pos[eid] = len(self.order)
+        self.order.append(eid)
+        folded = [self.seqs[self.pos[r]] for r in replaces if r in self.pos]
+        self.seqs.append(max(folded) + 0.5 if folded else float(seq))
+        self.costs.append(state["tokens"])
+        self.expires.append(math.inf if state["expires_at"] is None else state["expires_at"])
+        for key, flags in self.flags.items():
+            flags.append(state[key])
+        texts.append(text + " " + " ".join(tags))
+        self.max_seq = max(self.max_seq, seq)
+        for old in replaces:
+            if old in self.records:
+                self.replacers.setdefault(old, []).append(eid)
+                self.resolve_superseded(old)
+
+    def resolve_superseded(self, eid: str) -> None:
+        """Superseded = an explicit patch's value, else whether a live summary replaces it."""
+        if eid not in self.records:
+            return
+        value = self.explicit.get(eid)
+        if value is None:
+            value = bool(self.live_replacers(eid))
+        self.set_flag(eid, "superseded", value)
+
+    def set_flag(self, eid: str, key: str, value: bool) -> None:
+        """Set a flag in the record and in its array."""
+        self.records[eid][key] = value
+        self.flags[key][self.pos[eid]] = value
+
+    def expired(self, rec: dict[str, Any], now: float) -> bool:
+        """Whether a record is past its expiry at ``now`` (pinned entries never are)."""
+        return rec["expires_at"] is not None and rec["expires_at"] <= now and not rec["pinned"]
+
+    def live_replacers(self, eid: str) -> list[str]:
+        """The summaries folding ``eid`` that are not deleted."""
+        return [s for s in self.replacers.get(eid, ()) if not self.records[s]["deleted"]]
+
+    def entry(self, eid: str, now: float) -> Entry:
+        """The entry ``eid`` as of ``now`` (expiry depends on the time)."""
+        rec = self.records[eid]
+        return Entry(
+            **rec, expired=self.expired(rec, now), replaced_by=tuple(self.live_replacers(eid))
+        )

@@ -1,0 +1,107 @@
+"""The session store: every session under ``<data>/sessions``, opened once and kept current.
+
+A session directory holds ``meta.json`` (id, title, created_at) and the journal
+``entries.jsonl`` (see ``sessions``). Opening a session whose meta.json is missing
+or unreadable rebuilds it, keeps the damaged copy as ``meta.json.corrupt`` and
+reports the repair in the session's status.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from context_window.errors import InvalidInput, NotFound
+from context_window.models import SessionInfo
+from context_window.sessions import Clock, Session, updated_time
+from context_window.storage import check_id, new_id, read_json, write_json_atomic
+from context_window.tokens import TokenCounter
+
+MAX_TITLE_CHARS = 200
+
+
+class SessionStore:
+    """All sessions under ``<data>/sessions``; sessions are loaded once and kept current."""
+
+    def __init__(self, data_dir: Path, counter: TokenCounter, clock: Clock = time.time) -> None:
+        self.root = data_dir / "sessions"
+        self.counter = counter
+        self.clock = clock
+        self._open: dict[str, Session] = {}
+
+    def ids(self) -> list[str]:
+        """Ids of the sessions on disk."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
+        """Resume a session, or create it; returns (session, created)."""
+        if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
+            raise InvalidInput(f"title must be at most {MAX_TITLE_CHARS} printable characters")
+        sid = check_id(session_id, "session_id") if session_id else new_id("s")
+        directory = self.root / sid
+        meta_path = directory / "meta.json"
+        meta = read_json(meta_path)
+        created = False
+        repair = ""
+        if meta is None:
+            has_log = (directory / "entries.jsonl").exists()
+            created = not has_log
+            if meta_path.exists():  # unreadable: keep the damaged bytes for a person to see
+                meta_path.replace(meta_path.with_name("meta.json.corrupt"))
+                repair = "meta.json was unreadable: rebuilt it, damaged copy in meta.json.corrupt"
+            elif has_log:
+                repair = "meta.json was missing: rebuilt it (title reset to the id)"
+            now = time.time()
+            meta = {"id": sid, "title": title or sid, "created_at": now, "updated_at": now}
+            write_json_atomic(meta_path, meta)
+        elif title and title != meta.get("title"):
+            meta = {**meta, "title": title, "updated_at": time.time()}
+            write_json_atomic(meta_path, meta)
+        meta["id"] = sid
+        session = self._open.get(sid)
+        if session is None:
+            session = self._open[sid] = Session(directory, meta, self.counter, self.clock)
+        else:
+            session.meta = meta
+        if repair:
+            session.repairs.append(repair)
+        session.refresh()
+        return session, created
+
+    def get(self, session_id: str) -> Session:
+        """An existing session; NotFound (naming context_open) otherwise."""
+        check_id(session_id, "session_id")
+        session = self._open.get(session_id)
+        if session is not None:
+            return session
+        if not (self.root / session_id).is_dir():
+            known = self.ids()
+            listed = ", ".join(known[:10]) + (" …" if len(known) > 10 else "") if known else "none"
+            raise NotFound(
+                f"no session {session_id!r} (known sessions: {listed}). "
+                "Call context_open to create or resume one"
+            )
+        return self.open(session_id)[0]
+
+    def list(self) -> list[SessionInfo]:
+        """Every session, most recently updated first."""
+        out = []
+        for sid in self.ids():
+            meta = read_json(self.root / sid / "meta.json") or {"id": sid}
+            session = self._open.get(sid)
+            journal = self.root / sid / "entries.jsonl"
+            updated = session.updated_at() if session else updated_time(journal, meta)
+            out.append(
+                SessionInfo(
+                    id=sid,
+                    title=str(meta.get("title") or sid),
+                    created_at=float(meta.get("created_at") or 0.0),
+                    updated_at=updated,
+                )
+            )
+        out.sort(key=lambda s: s.updated_at, reverse=True)
+        return out
