@@ -190,9 +190,10 @@ class Journal:
     def rewrite(self, records: list[dict[str, Any]]) -> None:
         """Replace the whole file with ``records`` atomically; call under :meth:`locked`.
 
-        The new file is written and fsynced beside the old one and renamed over it
-        while the old one's lock is held; other processes notice the new inode when
-        they next lock it and replay from the start.
+        The new file starts with a fresh identity line; it is written and fsynced
+        beside the old one and renamed over it while the old one's lock is held.
+        Other processes notice the new file (its inode or its first bytes) when they
+        next lock it, and replay it from the start.
         """
         assert self._fd is not None, "rewrite needs the lock"
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
@@ -217,7 +218,7 @@ class Journal:
             raise
         _fsync_dir(self.path.parent)
         new_fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-        _lock_fd(new_fd)  # nobody else can hold it yet: they retry on the old inode's lock
+        _lock_fd(new_fd)  # if another process locked it first, its append is replayed too
         old_fd, self._fd = self._fd, new_fd
         _unlock_fd(old_fd)
         os.close(old_fd)
