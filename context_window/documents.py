@@ -157,8 +157,14 @@ class DocumentStore:
         title: str | None = None,
         doc_id: str | None = None,
         progress: Progress = no_progress,
+        *,
+        rechunk: bool = False,
     ) -> Ingested:
-        """Ingest inline text or a file under an ingest root; the same doc_id replaces."""
+        """Ingest inline text or a file under an ingest root; the same doc_id replaces.
+
+        A replacement keeps the chunk settings the document was first ingested with,
+        so unchanged text keeps its chunks; ``rechunk`` uses this store's settings.
+        """
         started = time.perf_counter()
         if (text is None) == (file_path is None):
             raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
@@ -192,7 +198,7 @@ class DocumentStore:
         final_id = doc_id or new_id("d")
         old_meta = self._meta(final_id) if doc_id is not None else None
         tokens, overlap, ratio = chunk_settings(
-            old_meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
+            None if rechunk else old_meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
         )
         spec = BuildSpec(
             final_id,

@@ -307,8 +307,8 @@ def _import_document(
                 "it or --doc-id to import it under another id"
             )
     title = meta.get("title")
-    done = store.ingest(
-        text=archive.text, title=title if isinstance(title, str) else None, doc_id=did
+    done = store.ingest(  # the export's chunk settings, even over a document chunked otherwise
+        text=archive.text, title=title if isinstance(title, str) else None, doc_id=did, rechunk=True
     )
     keep = {k: meta[k] for k in ("source",) if isinstance(meta.get(k), str)}
     if isinstance(meta.get("summary"), dict):  # the cached summary of this very text

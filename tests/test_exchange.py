@@ -303,3 +303,20 @@ def test_a_failed_session_import_leaves_no_directory(
     assert main(["--data-dir", str(fresh.data_dir), "import", str(out)]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert list((fresh.data_dir / "sessions").iterdir()) == []
+
+
+def test_import_replace_uses_the_exports_chunking(
+    settings: SettingsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replaced document is re-chunked as exported, not as the copy it replaces was."""
+    s = settings(chunk_tokens=64, chunk_overlap=0)
+    Service(s).documents.ingest(text=SPEC, title="Spec", doc_id="spec")
+    out = tmp_path / "spec.jsonl"
+    assert cli(s, "export", "doc", "spec", "-o", str(out)) == 0
+    exported = chunks_of(s, "spec")
+    other = settings(data_dir=tmp_path / "other", chunk_tokens=400, chunk_overlap=40)
+    Service(other).documents.ingest(text=SPEC + "\nmore text", doc_id="spec")
+    assert chunks_of(other, "spec") != exported
+    assert cli(other, "import", str(out), "--replace") == 0
+    assert "replaced document spec" in capsys.readouterr().out
+    assert chunks_of(other, "spec") == exported
