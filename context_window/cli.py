@@ -273,7 +273,8 @@ def commands() -> tuple[Command, ...]:
         ),
         Command(
             "doctor",
-            "audit the data dir read-only (exit 1 if problems are found)",
+            "audit the data dir read-only (exit 1 if problems are found); print the tool "
+            "schemas' token cost",
             _doctor,
         ),
         *DATA_COMMANDS,
