@@ -247,7 +247,7 @@ class Session:
         record: dict[str, Any] = {
             "kind": "entry",
             "id": new_id("s"),
-            "created_at": time.time(),
+            "created_at": self.clock(),
             "role": "summary",
             "text": text,
             "tokens": self.counter.count(text),
