@@ -321,11 +321,12 @@ class Session:
         wanted = set(check_tags(tags))
         n = len(self._state.order)
         seqs = np.array(self._state.seqs, dtype=np.float64)
-        pinned_mask = np.frombuffer(self._state.flags["pinned"], dtype=np.bool_).copy()
-        mask = np.frombuffer(self._state.flags["deleted"], dtype=np.bool_) == 0
-        mask &= (np.array(self._state.expires, dtype=np.float64) > self.clock()) | pinned_mask
+        now = self.clock()
+        flags = self._state.masks(now)
+        pinned_mask = flags.pinned
+        mask = ~flags.deleted & ~flags.expired
         if not include_superseded:
-            mask &= np.frombuffer(self._state.flags["superseded"], dtype=np.bool_) == 0
+            mask &= ~flags.superseded
         if wanted:
             mask &= np.fromiter(
                 (
@@ -352,7 +353,6 @@ class Session:
             ranked = ranked[:limit]
         packed = pack_ranked(np.array(self._state.costs, dtype=np.int64)[ranked], budget)
         chosen = sorted((int(ranked[k]) for k in packed.items), key=lambda i: seqs[i])
-        now = self.clock()
         entries = tuple(self._entry(self._state.order[i], now) for i in chosen)
         score_map = {self._state.order[i]: float(scores[i]) for i in chosen}
         return Recall(entries, candidates, packed, score_map, candidates - len(ranked))
@@ -360,20 +360,16 @@ class Session:
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""
         self.refresh()
-        now = self.clock()
-        recs = self._state.records.values()
-        expired = [r for r in recs if not r["deleted"] and self._state.expired(r, now)]
-        live = [
-            r for r in recs if not (r["deleted"] or r["superseded"] or self._state.expired(r, now))
-        ]
+        m = self._state.masks(self.clock())
+        live = m.live
         return SessionStats(
-            total=len(self._state.records),
-            live=len(live),
-            superseded=sum(1 for r in recs if r["superseded"] and not r["deleted"]),
-            deleted=sum(1 for r in recs if r["deleted"]),
-            pinned=sum(1 for r in live if r["pinned"]),
-            expired=len(expired),
-            live_tokens=sum(r["tokens"] for r in live),
+            total=len(self._state.order),
+            live=int(live.sum()),
+            superseded=int((m.superseded & ~m.deleted).sum()),
+            deleted=int(m.deleted.sum()),
+            pinned=int((m.pinned & live).sum()),
+            expired=int((m.expired & ~m.deleted).sum()),
+            live_tokens=int(np.array(self._state.costs, dtype=np.int64)[live].sum()),
             skipped_lines=self.journal.skipped + self._state.skipped,
             orphan_patches=self._state.orphans,
             repairs=tuple(self.repairs),

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import math
 from array import array
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from context_window.models import Entry
 from context_window.termcount import TermCounter
@@ -18,6 +22,21 @@ from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
 
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
+
+
+@dataclass(frozen=True)
+class Masks:
+    """Per position: each flag, and whether the entry is expired at a given time."""
+
+    pinned: npt.NDArray[np.bool_]
+    deleted: npt.NDArray[np.bool_]
+    superseded: npt.NDArray[np.bool_]
+    expired: npt.NDArray[np.bool_]
+
+    @property
+    def live(self) -> npt.NDArray[np.bool_]:
+        """Neither deleted, nor superseded, nor expired."""
+        return ~(self.deleted | self.superseded | self.expired)
 
 
 class SessionState:
@@ -138,6 +157,12 @@ class SessionState:
     def expired(self, rec: dict[str, Any], now: float) -> bool:
         """Whether a record is past its expiry at ``now`` (pinned entries never are)."""
         return rec["expires_at"] is not None and rec["expires_at"] <= now and not rec["pinned"]
+
+    def masks(self, now: float) -> Masks:
+        """The flags of every position as arrays, with expiry at ``now`` (as :meth:`expired`)."""
+        flag = {k: np.frombuffer(v, dtype=np.bool_).copy() for k, v in self.flags.items()}
+        due = np.frombuffer(self.expires, dtype=np.float64) <= now
+        return Masks(flag["pinned"], flag["deleted"], flag["superseded"], due & ~flag["pinned"])
 
     def live_replacers(self, eid: str) -> list[str]:
         """The summaries folding ``eid`` that are not deleted."""
