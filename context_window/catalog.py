@@ -19,7 +19,7 @@ from context_window.errors import InvalidInput, NotFound
 from context_window.models import Entry, Hit, SessionInfo, SessionStats
 from context_window.sessions import Session
 from context_window.sessionstore import SessionStore
-from context_window.storage import Journal, check_id, read_json
+from context_window.storage import Journal, check_id, is_valid_id, read_json
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
@@ -98,7 +98,7 @@ class Catalog:
 
     def session_ids(self) -> list[str]:
         """Ids of the session directories the server would open."""
-        return [sid for sid in self._sessions.ids() if _valid(sid)]
+        return [sid for sid in self._sessions.ids() if is_valid_id(sid)]
 
     def session(self, session_id: str) -> Session:
         """An existing session, replayed read-only; NotFound pointing at ``sessions``."""
@@ -119,7 +119,7 @@ class Catalog:
         """Every session with its counts, most recently updated first."""
         rows = []
         for info in self._sessions.list():
-            if _valid(info.id):
+            if is_valid_id(info.id):
                 rows.append(SessionRow(info, self.session(info.id).stats()))
         return rows
 
@@ -177,11 +177,3 @@ class Catalog:
         elif session_id is None and self.documents():
             chunks = self.documents_store.search(query, None, limit)
         return Found(tuple(entries[:limit]), tuple(chunks))
-
-
-def _valid(name: str) -> bool:
-    try:
-        check_id(name)
-    except InvalidInput:
-        return False
-    return True

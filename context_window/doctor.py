@@ -21,8 +21,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from context_window.errors import InvalidInput, StorageError
-from context_window.storage import REWRITE, Journal, check_id, read_json
+from context_window.errors import StorageError
+from context_window.storage import REWRITE, Journal, is_valid_id, read_json
 
 # Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
 _INDEX_ARRAYS: dict[str, int | None] = {
@@ -129,14 +129,6 @@ def _leftover_temps(report: Report, directory: Path) -> None:
             report.add(p, f"leftover temporary {kind}; never read, safe to delete")
 
 
-def _valid_id(name: str) -> bool:
-    try:
-        check_id(name)
-    except InvalidInput:
-        return False
-    return True
-
-
 def _audit_calibration(report: Report, path: Path) -> None:
     if path.exists() and read_json(path) is None:
         report.add(path, "unreadable JSON; calibration will be measured again")
@@ -165,7 +157,7 @@ def _usable_dir(report: Report, directory: Path, kind: str) -> bool:
     if not directory.is_dir():
         report.add(directory, f"not a {kind} directory (a stray file)")
         return False
-    if not _valid_id(directory.name):
+    if not is_valid_id(directory.name):
         report.add(directory, f"directory name is not a valid {kind} id; the server ignores it")
         return False
     _leftover_temps(report, directory)

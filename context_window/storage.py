@@ -34,6 +34,15 @@ def check_id(value: str, what: str = "id") -> str:
     return value
 
 
+def is_valid_id(value: str) -> bool:
+    """Whether ``value`` passes :func:`check_id` (for listing directories, not for input)."""
+    try:
+        check_id(value)
+    except InvalidInput:
+        return False
+    return True
+
+
 def new_id(prefix: str) -> str:
     """A fresh sortable id: ``<prefix><time base36><random>``."""
     n = int(time.time() * 1000)
