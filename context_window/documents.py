@@ -31,7 +31,14 @@ from context_window.doctables import DocInfo, Ingested, Kept, Tables, Window
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Chunk, Hit
 from context_window.sandbox import read_file
-from context_window.storage import Journal, check_id, new_id, read_json, write_json_atomic
+from context_window.storage import (
+    Journal,
+    check_id,
+    new_id,
+    read_json,
+    replace_dir,
+    write_json_atomic,
+)
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
@@ -239,22 +246,15 @@ class DocumentStore:
 
     def _commit(self, work: Path, doc_id: str) -> bool:
         """Rename a finished build into place, replacing any earlier version."""
-        final = self.root / doc_id
         with self._lock:
             self._drop(doc_id)
-            trash = None
-            if final.exists():
-                trash = self.root / f".old-{doc_id}-{secrets.token_hex(4)}"
-                final.rename(trash)
             try:
-                work.rename(final)
+                old = replace_dir(work, self.root / doc_id)
             except OSError as exc:
-                if trash is not None:
-                    trash.rename(final)
                 raise StorageError(f"cannot move the new document into place: {exc}") from exc
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-        return trash is not None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return old is not None
 
     def forget(self, doc_id: str) -> DocInfo:
         """Delete a document and everything derived from it."""

@@ -40,7 +40,7 @@ from context_window.docingest import encode_text, sha256_of
 from context_window.documents import MAX_CHARS, DocumentStore
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.sandbox import decode_utf8
-from context_window.storage import check_id, read_json, write_json_atomic
+from context_window.storage import check_id, read_json, replace_dir, write_json_atomic
 from context_window.tokens import TokenCounter
 
 
@@ -251,17 +251,8 @@ def _number(value: Any, default: float) -> float:
 
 def _move_into_place(work: Path, final: Path) -> bool:
     """Rename a complete directory to ``final``, swapping out any earlier one."""
-    old = None
     try:
-        if final.exists():
-            old = final.with_name(f".old-{final.name}-{secrets.token_hex(4)}")
-            final.rename(old)
-        try:
-            work.rename(final)
-        except OSError:
-            if old is not None:
-                old.rename(final)
-            raise
+        old = replace_dir(work, final)
     except OSError as exc:
         raise StorageError(f"cannot move the import into {final}: {exc}") from exc
     if old is not None:

@@ -69,6 +69,27 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def replace_dir(work: Path, final: Path) -> Path | None:
+    """Rename the complete directory ``work`` to ``final``; return the earlier one, set aside.
+
+    An existing ``final`` is first renamed to ``.old-<name>-<random>`` beside it, and
+    renamed back if the second rename fails (the OSError propagates). The caller
+    deletes the returned directory. A crash between the two renames leaves the
+    ``.old-`` directory behind, which is how a start-up sweep can restore it.
+    """
+    old = None
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{secrets.token_hex(4)}")
+        final.rename(old)
+    try:
+        work.rename(final)
+    except OSError:
+        if old is not None:
+            old.rename(final)
+        raise
+    return old
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
     try:
