@@ -40,7 +40,13 @@ from context_window.docingest import encode_text, sha256_of
 from context_window.documents import MAX_CHARS, DocumentStore
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.sandbox import decode_utf8
-from context_window.storage import check_id, read_json, replace_dir, write_json_atomic
+from context_window.storage import (
+    check_id,
+    jsonl_line,
+    read_json,
+    replace_dir,
+    write_json_atomic,
+)
 from context_window.tokens import TokenCounter
 
 
@@ -213,10 +219,7 @@ def _import_session(
         "updated_at": _number(archive.meta.get("updated_at"), now),
     }
     try:
-        payload = b"".join(
-            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-            for r in archive.records
-        )
+        payload = b"".join(jsonl_line(r) for r in archive.records)
     except UnicodeEncodeError:
         raise InvalidInput(
             "a record holds text that is not valid Unicode; nothing imported"

@@ -230,7 +230,7 @@ class Journal:
             with contextlib.suppress(OSError):  # only a killed rewrite leaves one: we hold the lock
                 stale.unlink()
         identity = {"kind": REWRITE, "id": secrets.token_hex(12), "at": time.time()}
-        payload = b"".join(_line(r) for r in [identity, *records])
+        payload = b"".join(jsonl_line(r) for r in [identity, *records])
         fd, tmp = tempfile.mkstemp(
             prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
         )
@@ -291,7 +291,7 @@ class Journal:
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records as whole lines in one write(); call locked, after read_new."""
         assert self._fd is not None, "write needs the lock"
-        payload = b"".join(_line(r) for r in records)
+        payload = b"".join(jsonl_line(r) for r in records)
         if self._offset and os.pread(self._fd, 1, self._offset - 1) != b"\n":
             payload = b"\n" + payload  # close off a torn line left by a crash
         try:
@@ -304,8 +304,8 @@ class Journal:
         self._note()
 
 
-def _line(record: dict[str, Any]) -> bytes:
-    """One record as a JSONL line."""
+def jsonl_line(record: dict[str, Any]) -> bytes:
+    """One record as a journal line: compact UTF-8 JSON and a newline."""
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
