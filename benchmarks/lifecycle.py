@@ -25,7 +25,7 @@ from context_window.config import Settings
 from context_window.facts import lost_facts
 from context_window.service import Service
 from context_window.sessionstore import SessionStore
-from context_window.tokens import TokenCounter, estimate
+from context_window.tokens import TokenCounter
 
 RATIO = 0.27
 
@@ -37,26 +37,17 @@ def _settings(data_dir: Path, **changes: Any) -> Settings:
 async def _schema_costs() -> dict[str, Any]:
     from mcp.server.mcpserver import MCPServer
 
-    from context_window.server import build_server, tool_costs
+    from context_window.server import build_server, tool_set_costs, wire_tokens
 
     with tempfile.TemporaryDirectory() as tmp:
-        out: dict[str, Any] = {}
-        for tools in ("all", "sessions", "docs"):
-            app = build_server(Service(_settings(Path(tmp), tools=tools)))
-            out[tools] = sum((await tool_costs(app, RATIO)).values())
-            if tools == "all":
-                generated = await MCPServer.list_tools(app)  # as the SDK would send them
-                out["tools"] = len(generated)
-                out["unslimmed"] = sum(
-                    estimate(
-                        json.dumps(
-                            t.model_dump(by_alias=True, exclude_none=True, mode="json"),
-                            separators=(",", ":"),
-                        ),
-                        RATIO,
-                    )
-                    for t in generated
-                )
+        settings = _settings(Path(tmp))
+        costs = await tool_set_costs(settings)
+        generated = await MCPServer.list_tools(
+            build_server(Service(settings))
+        )  # as the SDK has them
+    out: dict[str, Any] = {tools: sum(per_tool.values()) for tools, per_tool in costs.items()}
+    out["tools"] = len(costs["all"])
+    out["unslimmed"] = sum(wire_tokens(t, RATIO) for t in generated)
     out["slim_saving"] = round(1 - out["all"] / out["unslimmed"], 3)
     return out
 

@@ -300,19 +300,14 @@ def _calibrate(settings: Settings, _ns: argparse.Namespace) -> int:
 
 async def schema_report(settings: Settings) -> str:
     """What the tool schemas cost the model: estimated tokens of tools/list, per tool set."""
-    from context_window.server import build_server, tool_costs
-    from context_window.service import Service
+    from context_window.server import tool_set_costs
 
-    offline = settings.with_changes(llm_enabled=False, tools="all")  # no client, no network
-    costs = await tool_costs(build_server(Service(offline)), offline.token_ratio)
-    sessions = sum(n for name, n in costs.items() if name.startswith("context_"))
-    docs = sum(n for name, n in costs.items() if name.startswith("doc_"))
-    guide = costs.get("context_guide", 0)
-    exposed = {"all": sum(costs.values()), "sessions": sessions, "docs": docs + guide}
+    costs = await tool_set_costs(settings)
+    total = {tools: sum(per_tool.values()) for tools, per_tool in costs.items()}
     return (
-        f"tool schemas (tools/list): ~{exposed[settings.tools]} estimated tokens with "
-        f"--tools {settings.tools}; all {exposed['all']} ({len(costs)} tools), "
-        f"sessions {sessions}, docs {docs + guide} (each with context_guide)"
+        f"tool schemas (tools/list): ~{total[settings.tools]} estimated tokens with "
+        f"--tools {settings.tools}; all {total['all']} ({len(costs['all'])} tools), "
+        f"sessions {total['sessions']}, docs {total['docs']} (each with context_guide)"
     )
 
 

@@ -9,8 +9,10 @@ validated against the full signature.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, Tool
 
 from context_window.adapters import guarded, result
+from context_window.config import Settings
 from context_window.document_tools import register_document_tools
 from context_window.service import Service
 from context_window.session_tools import READ_ONLY, register_session_tools
@@ -65,12 +68,35 @@ class SlimServer(MCPServer):
         return [t.model_copy(update={"input_schema": slim_schema(t.input_schema)}) for t in tools]
 
 
+TOOL_SETS = ("all", "sessions", "docs")
+
+
+def wire_tokens(tool: Tool, ratio: float) -> int:
+    """Estimated tokens of one tool as tools/list sends it (name, description, schemas)."""
+    wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return estimate(json.dumps(wire, separators=(",", ":")), ratio)
+
+
 async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
-    """Estimated tokens of each tool as tools/list sends it (name, description, schemas)."""
+    """Estimated tokens of each tool of ``app`` as tools/list sends it."""
+    return {tool.name: wire_tokens(tool, ratio) for tool in await app.list_tools()}
+
+
+async def tool_set_costs(settings: Settings) -> dict[str, dict[str, int]]:
+    """Per ``--tools`` set, each tool's estimated tokens, from servers built to measure.
+
+    The servers are built on an empty temporary data dir with the LLM off, so
+    measuring never touches the user's data (a store sweeps its dir when opened)
+    and never opens a network client.
+    """
     out = {}
-    for tool in await app.list_tools():
-        wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
-        out[tool.name] = estimate(json.dumps(wire, separators=(",", ":")), ratio)
+    with tempfile.TemporaryDirectory() as tmp:
+        for tools in TOOL_SETS:
+            offline = settings.with_changes(
+                data_dir=Path(tmp) / "data", llm_enabled=False, tools=tools
+            )
+            app = build_server(Service(offline))
+            out[tools] = await tool_costs(app, offline.token_ratio)
     return out
 
 

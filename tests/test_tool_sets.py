@@ -137,3 +137,17 @@ def test_doctor_reports_the_schema_cost(tmp_path: Path, capsys: pytest.CaptureFi
     exposed = int(words[3].lstrip("~"))
     every, docs = int(words[words.index("all") + 1]), int(words[words.index("docs") + 1])
     assert "--tools docs" in out and exposed == docs < every < SCHEMA_BUDGET
+
+
+def test_measuring_the_schemas_leaves_the_data_dir_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doctor is read-only: the servers it measures are not opened on the user's data."""
+    data = tmp_path / "data"
+    leftover = data / "documents" / ".old-doc1-0a1b2c3d"  # a store would restore this as doc1
+    leftover.mkdir(parents=True)
+    (leftover / "meta.json").write_text('{"id": "doc1"}', encoding="utf-8")
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    main(["doctor", "--data-dir", str(data)])
+    assert "tool schemas (tools/list)" in capsys.readouterr().out
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
