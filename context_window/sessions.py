@@ -416,6 +416,7 @@ class Session:
             if not dry_run:
                 self.journal.rewrite(kept)
                 self._clear()
+                self._state.apply(kept)  # what was written, without reading it back
                 self._catch_up()
         return result
 

@@ -223,7 +223,8 @@ class Journal:
         The new file starts with a fresh identity line; it is written and fsynced
         beside the old one and renamed over it while the old one's lock is held.
         Other processes notice the new file (its inode or its first bytes) when they
-        next lock it, and replay it from the start.
+        next lock it, and replay it from the start. This one reads on after
+        ``records``: an append that locked the new file before us comes next.
         """
         assert self._fd is not None, "rewrite needs the lock"
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
@@ -255,7 +256,7 @@ class Journal:
         st = os.fstat(new_fd)
         self._ident, self._head = (st.st_dev, st.st_ino), os.pread(new_fd, _HEAD_BYTES, 0)
         self._seen = None
-        self._offset = 0  # the caller replays the new file (and any append that beat us to it)
+        self._offset = len(payload)  # the caller has the records; read_new brings later appends
         self.skipped = 0
         self.generation += 1
 
