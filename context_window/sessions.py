@@ -147,13 +147,15 @@ class Session:
         """
         self.refresh()
         now = self.clock()
-        out = []
-        for i in sorted(range(len(self._state.order)), key=self._state.seqs.__getitem__):
-            entry = self._entry(self._state.order[i], now)
-            shown = entry.live or (include_superseded and entry.superseded)
-            if include_hidden or (shown and not entry.deleted and not entry.expired):
-                out.append(entry)
-        return out
+        m = self._state.masks(now)
+        if include_hidden:
+            shown = np.ones(len(self._state.order), dtype=np.bool_)
+        else:
+            shown = m.live | (include_superseded & m.superseded & ~m.deleted & ~m.expired)
+        positions = np.flatnonzero(shown)
+        seqs = np.array(self._state.seqs, dtype=np.float64)[positions]
+        ordered = positions[np.argsort(seqs, kind="stable")].tolist()
+        return [self._entry(self._state.order[i], now) for i in ordered]
 
     def get(self, entry_id: str) -> Entry:
         """One entry by id, whatever its state."""
