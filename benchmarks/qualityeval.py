@@ -108,8 +108,12 @@ async def _loghub(client: Any, root: Path, systems: list[str] | None) -> dict[st
         per[system] = round(h / n, 3) if n else None
         hits += h
         total += n
-    return {"hit_rate": round(hits / total, 3), "queries": total, "per_system": per,
-            "mean_tokens": round(tokens / max(1, total))}
+    return {
+        "hit_rate": round(hits / total, 3),
+        "queries": total,
+        "per_system": per,
+        "mean_tokens": round(tokens / max(1, total)),
+    }
 
 
 def _meetings(root: Path, limit: int | None) -> list[tuple[str, dict[str, Any]]]:
@@ -137,13 +141,14 @@ async def _qmsum_doc(client: Any, meetings: list[tuple[str, dict[str, Any]]]) ->
             tokens += len(full) // CHARS_PER_TOKEN
             total += 1
             hits += any(g in answer for g in gold)
-    return {"hit_rate": round(hits / total, 3), "queries": total,
-            "mean_tokens": round(tokens / max(1, total))}
+    return {
+        "hit_rate": round(hits / total, 3),
+        "queries": total,
+        "mean_tokens": round(tokens / max(1, total)),
+    }
 
 
-async def _qmsum_session(
-    client: Any, meetings: list[tuple[str, dict[str, Any]]]
-) -> dict[str, Any]:
+async def _qmsum_session(client: Any, meetings: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     budget = 1000
     share = any_hit = at5 = at10 = 0.0
     total = tokens = 0

@@ -38,8 +38,13 @@ from context_window.storage import write_json_atomic
 from context_window.termcount import Triples
 from context_window.textindex import average_idf, idf_values, term_scores
 
-INDEX_VERSION = 1
+# 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
+INDEX_VERSION = 2
 F64 = npt.NDArray[np.float64]
+
+
+class OldIndex(ValueError):
+    """The index was written by another release; the document must be re-indexed."""
 
 
 class IndexBuilder:
@@ -113,7 +118,7 @@ class DocIndex:
         self.dir = directory
         stats = json.loads((directory / "stats.json").read_text(encoding="utf-8"))
         if stats.get("version") != INDEX_VERSION:
-            raise ValueError(f"index version {stats.get('version')} is not {INDEX_VERSION}")
+            raise OldIndex(f"index version {stats.get('version')} is not {INDEX_VERSION}")
         self.n_chunks = int(stats["chunks"])
         self.n_terms = int(stats["terms"])
         self.avgdl = float(stats["avgdl"])
@@ -159,6 +164,19 @@ class DocIndex:
         """In how many chunks ``term`` occurs."""
         tid = self.find(term)
         return 0 if tid < 0 else int(self._post_off[tid + 1] - self._post_off[tid])
+
+    def first_with_all(self, terms: Sequence[str], before: int, count: int) -> list[int]:
+        """Up to ``count`` earliest chunks below ``before`` that hold every one of ``terms``."""
+        ids = [self.find(t) for t in set(terms)]
+        if not ids or min(ids) < 0:
+            return []
+        lists = sorted((self.postings(i)[0] for i in ids), key=len)
+        common = lists[0][: np.searchsorted(lists[0], before)]
+        for other in lists[1:]:
+            if len(common) == 0:
+                break
+            common = common[np.isin(common, other, assume_unique=True)]
+        return [int(c) for c in common[:count]]
 
     def doc_lengths(self, chunks: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
         """Terms per chunk for the given chunk numbers."""

@@ -9,15 +9,16 @@ written and indexed in batches and dropped, and the index is sorted with numpy.
 Files besides those of ``docindex``::
 
     source.txt             the original text (UTF-8)
-    chunks.jsonl           one {index, text, tokens, start, end, heading} per line
+    chunks.jsonl           one {index, text, tokens, start, end, heading, line} per line
     index/lines.npy        uint64 [N+1]: byte offset of each line of chunks.jsonl
-    index/chunks.npy       int64 [N, 3]: start, end (character offsets), tokens
+    index/chunks.npy       int64 [N, 4]: start, end (character offsets), tokens, first line
     index/heading_ids.npy  uint32 [N]: the chunk's heading trail, as a number into
     index/headings.json    {"trails": [...]} the distinct heading trails
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -113,8 +114,9 @@ def build(
         del text  # segments are read back from source.txt: no full copy while indexing
         batches = _segments(directory / "source.txt", chars, spec, progress)
     else:
-        batches = iter([chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)])
-        del text
+        chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
+        batches = iter([number_lines(text, chunks)])
+        del text, chunks
     totals = _write_chunks(directory, batches, progress)
     meta: dict[str, Any] = {
         "id": spec.doc_id,
@@ -139,6 +141,17 @@ def build(
     return meta
 
 
+def number_lines(text: str, chunks: list[Chunk], first_line: int = 1) -> list[Chunk]:
+    """``chunks`` of ``text`` (in start order) with the line number of each start filled in."""
+    out: list[Chunk] = []
+    line, pos = first_line, 0
+    for c in chunks:
+        line += text.count("\n", pos, c.start)
+        pos = c.start
+        out.append(dataclasses.replace(c, line=line))
+    return out
+
+
 def _has_structure(text: str) -> bool:
     """Whether any line of ``text`` opens an ATX heading or a code fence."""
     return bool(_STRUCTURE.match(text) or _STRUCTURE_AFTER_NEWLINE.search(text))
@@ -156,6 +169,7 @@ def _segments(
     UTF-8 is always a character boundary.
     """
     index = base = 0
+    line = 1
     with source.open("rb") as f:
         size = f.seek(0, 2)
         pos = 0
@@ -174,8 +188,10 @@ def _segments(
             if end < size and len(part) > 1:
                 used = part.pop().start
                 end = pos + len(text[:used].encode("utf-8"))
+            part = number_lines(text, part, line)
+            line += text.count("\n", 0, used)
             yield [
-                Chunk(index + k, c.text, c.tokens, c.start + base, c.end + base, c.heading)
+                dataclasses.replace(c, index=index + k, start=c.start + base, end=c.end + base)
                 for k, c in enumerate(part)
             ]
             index += len(part)
@@ -190,7 +206,7 @@ def _write_chunks(
     """Write chunks.jsonl and the chunk table, and build the index, batch by batch."""
     index_dir = directory / "index"
     index_dir.mkdir()
-    table = _Growing(np.int64, 4)  # start, end, tokens, end offset of the line
+    table = _Growing(np.int64, 5)  # start, end, tokens, first line, end offset of the record
     heading_ids = _Growing(np.uint32, 1)
     trails: dict[str, int] = {}
     counter = TermCounter()
@@ -214,7 +230,7 @@ def _write_chunks(
                     offset += len(line)
                     tokens += c.tokens * max(0, c.end - max(c.start, prev_end)) / len(c.text)
                     prev_end = max(prev_end, c.end)
-                    table.append([c.start, c.end, c.tokens, offset])
+                    table.append([c.start, c.end, c.tokens, c.line, offset])
                     heading_ids.append([trails.setdefault(c.heading, len(trails))])
                 builder.add(counter.count([f"{c.text}\n{c.heading}" for c in batch]))
                 done += len(batch)
@@ -223,8 +239,8 @@ def _write_chunks(
     progress(0.92, "sorting the index")
     stats = builder.write(index_dir, counter.vocab)
     rows = table.array()
-    np.save(index_dir / "lines.npy", np.concatenate(([0], rows[:, 3])).astype(np.uint64))
-    np.save(index_dir / "chunks.npy", np.ascontiguousarray(rows[:, :3]))
+    np.save(index_dir / "lines.npy", np.concatenate(([0], rows[:, 4])).astype(np.uint64))
+    np.save(index_dir / "chunks.npy", np.ascontiguousarray(rows[:, :4]))
     np.save(index_dir / "heading_ids.npy", heading_ids.array())
     write_json_atomic(index_dir / "headings.json", {"trails": list(trails)})
     return {"chunks": done, "tokens": math.ceil(tokens), "terms": int(stats["terms"])}
@@ -239,6 +255,7 @@ def _line(c: Chunk) -> bytes:
         "start": c.start,
         "end": c.end,
         "heading": c.heading,
+        "line": c.line,
     }
     return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
 

@@ -134,6 +134,14 @@ class Tables:
         self.trails: list[str] = [str(t) for t in trails]
         self.index = DocIndex(index_dir)
 
+    def first_line(self, i: int) -> int:
+        """The 1-based source line where chunk ``i`` starts."""
+        return int(self.table[i, 3])
+
+    def chunk_of(self, line: int) -> int:
+        """The last chunk that starts at or before source line ``line``."""
+        return max(0, int(np.searchsorted(self.table[:, 3], line, side="right")) - 1)
+
     def heading(self, i: int) -> str:
         """The heading trail of chunk ``i``."""
         return self.trails[int(self.heading_ids[i])]
@@ -172,4 +180,5 @@ def _chunk(rec: dict[str, Any]) -> Chunk:
         int(rec["start"]),
         int(rec["end"]),
         str(rec.get("heading", "")),
+        int(rec.get("line", 0)),
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Annotated, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -14,19 +13,24 @@ from pydantic import Field
 from context_window.adapters import guarded, result
 from context_window.docprogress import ingest_in_thread
 from context_window.docsummary import chunk_lines, summarize_range
+from context_window.documents import DocumentStore
 from context_window.docviews import (
     chunk_data,
     collapse,
     doc_data,
-    excerpt,
-    hit_header,
+    hit_data,
     kept_data,
+    plural,
     render_doc_line,
+    render_hit,
     render_ingest,
     render_summary,
     render_window,
+    search_header,
+    search_reserve,
+    window_label,
+    window_reserve,
 )
-from context_window.packing import pack
 from context_window.service import Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -57,23 +61,51 @@ def from_keyword(
 
 
 def fit_lines(header: str, lines: list[str], budget: int, service: Service) -> str:
-    """``header`` and as many of ``lines`` as fit ``budget`` tokens, saying how many did not."""
+    """``header`` and as many of ``lines`` as fit ``budget`` tokens, saying how many did not.
+
+    The whole text, the note on what was left out included, stays within ``budget``.
+    """
     count = service.counter.count
-    used = count(header)
-    kept: list[str] = []
-    for line in lines:
-        cost = count(line) + 1
-        if used + cost > budget:
-            break
-        kept.append(line)
-        used += cost
+    header = service.counter.truncate(header, budget)
+
+    def take(room: int) -> list[str]:
+        used, kept = count(header), []
+        for line in lines:
+            used += count(line) + 1
+            if used > room:
+                break
+            kept.append(line)
+        return kept
+
+    kept = take(budget)
+    if len(kept) == len(lines):
+        return "\n".join([header, *kept])
+    note = (
+        f"… {len(lines):,} more lines omitted to fit {budget} tokens "
+        "(use max_chunks, doc_window or doc_search)"
+    )
+    kept = take(budget - count(note) - 1)
+    note = note.replace(f"{len(lines):,} more", f"{len(lines) - len(kept):,} more")
     out = [header, *kept]
-    if len(kept) < len(lines):
-        out.append(
-            f"… {len(lines) - len(kept)} more lines omitted to fit {budget} tokens "
-            "(use max_chunks, doc_window or doc_search)"
-        )
+    if count("\n".join([*out, note])) <= budget:
+        out.append(note)
     return "\n".join(out)
+
+
+def unsearchable_answer(
+    store: DocumentStore, doc_id: str | None, budget: int, service: Service
+) -> str:
+    """What doc_search shows for a query with no searchable words: an outline, or the documents."""
+    note = "No searchable words in the query (only stop words or symbols)."
+    if doc_id is not None:
+        doc = store.get(doc_id)
+        lines = [
+            f"[{a}] {t or '(no heading)'}" if a == b else f"[{a}-{b}] {t or '(no heading)'}"
+            for a, b, t, _ in collapse(store.outline(doc))
+        ]
+        return fit_lines(f"{note} Outline of {doc.id}:", lines, budget, service)
+    docs = [f"{d.id}: {d.title} ({plural(d.chunks, 'chunk')})" for d in store.all()]
+    return fit_lines(f"{note} Documents:", docs or ["none"], budget, service)
 
 
 def register_document_tools(app: MCPServer, service: Service) -> None:
@@ -150,52 +182,42 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
 
     @app.tool(
         annotations=READ_ONLY,
-        description="Find the chunks that best match a query, verbatim, best first, within a "
-        "budget. Omit doc_id to search every document.",
+        description="Find the lines that best match a query, with line numbers, best first, "
+        "within a budget. Omit doc_id to search every document.",
     )
     @guarded("doc_search", audit)
     async def doc_search(
         query: str,
         doc_id: Annotated[str | None, Field(description="Omit to search all documents")] = None,
-        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        limit: Annotated[int, Field(ge=1, le=100, description="Most chunks to show")] = 10,
         budget_tokens: Budget = None,
     ) -> CallToolResult:
         budget = budget_tokens or budget_default
-        hits = store.search(query, doc_id, limit)
-        if not hits:
+        reserve, terse = search_reserve(budget, service.counter.count)
+        found = store.answer(query, doc_id, limit, budget, reserve)
+        if found is None:
+            return result(
+                unsearchable_answer(store, doc_id, budget, service),
+                {"hits": [], "query": query, "omitted": 0, "searchable": False},
+            )
+        if not found.hits:
             where = f"document {doc_id}" if doc_id else "any document"
-            msg = f"No chunk of {where} matches {query!r}. Try other or fewer words."
-            return result(msg, {"hits": [], "query": query, "omitted": 0})
-        blocks = [f"{hit_header(h, doc_id is None)}\n{h.chunk.text}" for h in hits]
-        packed = pack([service.counter.count(b) + 1 for b in blocks], budget)
-        if not packed.items:  # even the best hit is over budget: show where it matches
-            top = hits[0]
-            near = excerpt(top.chunk.text, query)
-            blocks[0] = service.counter.truncate(
-                f"{hit_header(top, doc_id is None)}\n{near}", max(1, budget - 24)
+            msg = service.counter.truncate(
+                f"No line of {where} matches. Try other or fewer words.", budget
             )
-            blocks[0] += "\n[cut to fit budget_tokens; doc_window reads this chunk whole]"
-            packed = replace(
-                packed,
-                items=(0,),
-                used_tokens=service.counter.count(blocks[0]),
-                omitted=packed.omitted - 1,
-            )
-        chosen = [hits[k] for k in packed.items]
-        head = f"{len(chosen)} of {len(hits)} hits for {query!r} · "
-        head += f"{packed.used_tokens}/{budget} tokens"
-        if packed.omitted:
-            head += f" · {packed.omitted} did not fit (raise budget_tokens or lower limit)"
-        head += "\nRead around a hit: doc_window(doc_id, from=i-1, to=i+1)"
-        text = "\n\n".join([head, *(blocks[k] for k in packed.items)])
+            return result(msg, {"hits": [], "query": query, "omitted": 0, "searchable": True})
+        text = "\n\n".join(
+            [
+                search_header(len(found.hits), found.used_tokens, budget, found.omitted, terse),
+                *(render_hit(h, found.short) for h in found.hits),
+            ]
+        )
         data = {
             "query": query,
-            "hits": [
-                {"doc_id": h.doc_id, "title": h.title, "score": h.score, **chunk_data(h.chunk)}
-                for h in chosen
-            ],
-            "omitted": packed.omitted,
-            "used_tokens": packed.used_tokens,
+            "searchable": True,
+            "hits": [hit_data(h) for h in found.hits],
+            "omitted": found.omitted,
+            "used_tokens": found.used_tokens,
             "budget": budget,
         }
         return result(text, data)
@@ -216,9 +238,25 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         session_id: Annotated[
             str | None, Field(description="context_open id: page with your own cursor")
         ] = None,
+        line: Annotated[
+            int | None, Field(ge=1, description="Open at this source line (from doc_search)")
+        ] = None,
     ) -> CallToolResult:
         budget = budget_tokens or budget_default
-        w = store.window(doc_id, from_, to, budget, reset, session_id)
+        reserve, terse = window_reserve(
+            store.get(doc_id), session_id, budget, service.counter.count
+        )
+        w = store.window(
+            doc_id,
+            from_,
+            to,
+            budget,
+            reset,
+            session_id,
+            line=line,
+            label=None if terse else window_label,
+            reserve=reserve,
+        )
         data = {
             "doc_id": w.doc.id,
             "session_id": w.session_id,
@@ -230,7 +268,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "used_tokens": w.used_tokens,
             "budget": budget,
         }
-        return result(render_window(w, budget), data)
+        return result(render_window(w, budget, terse), data)
 
     @app.tool(
         annotations=WRITES,

@@ -16,7 +16,8 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ import numpy as np
 
 from context_window.doccursors import all_cursors, read_cursor, write_cursor
 from context_window.docfresh import INLINE_SOURCE, SourceState, source_state
-from context_window.docindex import score_all
+from context_window.docindex import OldIndex, score_all
 from context_window.docingest import BuildSpec, Progress, build, encode_text, no_progress, sha256_of
 from context_window.docreingest import carry_cursors, chunk_settings, compare
+from context_window.docsearch import Answer, best_matches, idf_of
+from context_window.docsearch import answer as answer_passages
 from context_window.doctables import DocInfo, Ingested, Kept, Tables, Window
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Chunk, Hit
@@ -46,6 +49,9 @@ MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 MAX_TITLE_CHARS = 200
 STALE_SECONDS = 3600.0
+LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
+CANDIDATE_CHUNKS = 16  # chunks read to find the best passages (at least twice the hit limit)
+PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 log = logging.getLogger("context_window")
 
 
@@ -144,13 +150,50 @@ class DocumentStore:
             if cached is not None and cached[0] == doc.created_at:
                 return cached[1]
             try:
-                tables = Tables(self.root / doc.id)
+                try:
+                    tables = Tables(self.root / doc.id)
+                except OldIndex:
+                    self._reindex(doc)
+                    tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
                 raise StorageError(
                     f"document {doc.id!r} has a damaged index ({exc}); doc_ingest it again"
                 ) from exc
             self._tables[doc.id] = (doc.created_at, tables)
             return tables
+
+    def _reindex(self, doc: DocInfo) -> None:
+        """Rebuild a document written by an older release from its stored source.
+
+        Chunking is unchanged across index versions, so the chunks come out the same
+        and the cursors, chunk summaries and meta.json fields carry over as they are.
+        """
+        folder = self.root / doc.id
+        meta = self._meta(doc.id)
+        if meta is None:
+            raise NotFound(f"no document {doc.id!r}")
+        log.info("re-indexing document %s (written by an older release)", doc.id)
+        tokens, overlap, ratio = chunk_settings(
+            meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
+        )
+        data = (folder / "source.txt").read_bytes()
+        spec = BuildSpec(
+            doc.id, doc.title, doc.source, doc.sha256, tokens, overlap, ratio, len(data) + 1
+        )
+        work = self.root / f".tmp-{doc.id}-{secrets.token_hex(4)}"
+        try:
+            built = build(work, spec, [data])
+            if built["chunks"] != meta.get("chunks"):
+                raise StorageError(f"document {doc.id!r} re-chunked differently; ingest it again")
+            for name in ("summaries.jsonl", "cursors"):
+                if (folder / name).exists():
+                    copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
+                    copy(folder / name, work / name)
+            write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
+            self._commit(work, doc.id)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
 
     def _drop(self, doc_id: str) -> None:
         cached = self._tables.pop(doc_id, None)
@@ -306,6 +349,58 @@ class DocumentStore:
             hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
         return hits
 
+    def answer(
+        self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0
+    ) -> Answer | None:
+        """The best passages for ``query`` within ``budget`` (see ``docsearch``).
+
+        None when the query has no searchable terms.
+        """
+        terms = self._analyzer.terms(query or "")
+        if not terms:
+            return None
+        hits = self.search(query, doc_id, limit=max(CANDIDATE_CHUNKS, 2 * limit))
+        tables = {d: self.tables(self.get(d)) for d in sorted({h.doc_id for h in hits})}
+        n_chunks = sum(t.index.n_chunks for t in tables.values())
+        idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
+
+        def run(probes: list[Hit]) -> Answer:
+            return answer_passages(
+                hits,
+                terms,
+                idf,
+                self._analyzer.terms,
+                self.counter,
+                limit=limit,
+                budget=budget,
+                reserve=reserve,
+                probes=probes,
+            )
+
+        found = run([])
+        # Where does each of the best lines' kind of match first occur? Read the earliest
+        # chunks holding all its matched terms (a bounded number) until a line matches them.
+        have = {(h.doc_id, h.chunk.index) for h in hits}
+        titles = {h.doc_id: h.title for h in hits}
+        extra: list[Hit] = []
+        reads = 0
+        shown = [(p.score, h.chunk, 0, p) for h in found.hits for p in h.passages]
+        for (doc, matched), _ in best_matches(shown).items():
+            first = min(p.first for _, _, _, p in shown if p.doc == doc and set(p.terms) >= matched)
+            index, title = tables[doc].index, titles[doc]
+            for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
+                if (doc, i) in have or reads >= PROBES:
+                    break
+                reads += 1
+                chunk = tables[doc].read(i, i)[0]
+                if any(
+                    set(self._analyzer.terms(line)) >= matched for line in chunk.text.split("\n")
+                ):
+                    have.add((doc, i))
+                    extra.append(Hit(doc, title, chunk, 0.0))
+                    break
+        return run(extra) if extra else found
+
     def window(
         self,
         doc_id: str,
@@ -314,9 +409,16 @@ class DocumentStore:
         budget: int = 4000,
         reset: bool = False,
         session_id: str | None = None,
+        *,
+        line: int | None = None,
+        label: Callable[[Chunk], str] | None = None,
+        reserve: int = 0,
     ) -> Window:
         """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor.
 
+        With ``line``, the window opens ``LINE_CONTEXT`` lines above that source line.
+        Each chunk costs its text, its ``label`` line and a separator; ``reserve``
+        tokens are kept for the caller's header, so the whole answer fits ``budget``.
         With ``session_id`` the cursor is that session's own (see ``doccursors``),
         else the document's shared cursor in meta.json.
         """
@@ -332,6 +434,16 @@ class DocumentStore:
             raise InvalidInput(f"to ({last}) is before from ({first}); give to >= from")
         if budget < 1:
             raise InvalidInput(f"budget_tokens must be positive, not {budget}")
+        tables = self.tables(doc)
+        opening = None
+        if line is not None:
+            if first is not None:
+                raise InvalidInput("give from (a chunk) or line (a source line), not both")
+            lines = self.line_count(doc)
+            if not 1 <= line <= lines:
+                raise InvalidInput(f"line={line} is out of range: {doc.id!r} has lines 1-{lines}")
+            opening = max(1, line - LINE_CONTEXT)
+            first = tables.chunk_of(opening)
         start = first if first is not None else (0 if reset else cursor)
         if last is not None and last < start:
             raise InvalidInput(
@@ -340,25 +452,44 @@ class DocumentStore:
         if start >= n:
             return Window(doc, (), False, cursor, True, 0, session_id)
         stop = n - 1 if last is None else min(last, n - 1)
-        tables = self.tables(doc)
+        room = budget - reserve
         costs = tables.tokens()[start : stop + 1] * self.scale(doc)
-        fits = int(np.searchsorted(np.cumsum(costs), budget, side="right"))
-        end = start + max(1, fits) - 1
-        chunks = tables.read(start, end)
-        truncated = False
-        if len(chunks) == 1 and self.counter.count(chunks[0].text) > budget:
-            one = chunks[0]
-            cut = self.counter.truncate(one.text, budget)
-            chunks = [
-                Chunk(one.index, cut, self.counter.count(cut), one.start, one.end, one.heading)
-            ]
-            truncated = True
+        fits = int(np.searchsorted(np.cumsum(costs), room, side="right"))
+        chunks = tables.read(start, start + max(1, fits) - 1)
+        if opening is not None:
+            chunks[0] = _from_line(chunks[0], opening)
+
+        def cost(c: Chunk) -> int:
+            head = self.counter.count(label(c)) if label is not None else 0
+            return self.counter.count(c.text) + head + 2
+
+        kept: list[Chunk] = []
+        used = 0
+        for c in chunks:
+            if kept and used + cost(c) > room:
+                break
+            kept.append(c)
+            used += cost(c)
+        truncated = used > room  # one chunk alone is over the budget: cut it
+        if truncated:
+            one = kept[0]
+            cut = self.counter.truncate(one.text, max(1, room - cost(replace(one, text=""))))
+            kept = [replace(one, text=cut, tokens=self.counter.count(cut))]
+            used = cost(kept[0])
+        end = kept[-1].index
         if session_id is None:
             doc = self.update_meta(doc.id, cursor=end + 1)
         else:
             write_cursor(folder, session_id, end + 1)
-        used = sum(self.counter.count(c.text) for c in chunks)
-        return Window(doc, tuple(chunks), truncated, end + 1, end + 1 >= n, used, session_id)
+        return Window(
+            doc, tuple(kept), truncated, end + 1, end + 1 >= n, used + reserve, session_id
+        )
+
+    def line_count(self, doc: DocInfo) -> int:
+        """How many lines the source has (a final newline ends the last line)."""
+        tables = self.tables(doc)
+        last = tables.read(doc.chunks - 1, doc.chunks - 1)[0]
+        return max(1, last.line) + last.text.count("\n") - last.text.endswith("\n")
 
     def session_cursors(self, doc: DocInfo) -> dict[str, int]:
         """The per-session cursors stored for ``doc``, by session id."""
@@ -405,6 +536,16 @@ class DocumentStore:
         with journal.locked():
             journal.read_new()
             journal.write(records)
+
+
+def _from_line(chunk: Chunk, line: int) -> Chunk:
+    """``chunk`` without the lines before source line ``line`` (if it holds them)."""
+    pos = 0
+    for _ in range(line - max(chunk.line, 1)):
+        pos = chunk.text.find("\n", pos) + 1
+        if pos == 0:
+            return chunk
+    return replace(chunk, text=chunk.text[pos:], start=chunk.start + pos, line=line)
 
 
 def _first_line(text: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from context_window.docfresh import CHANGED, MISSING, SourceState
 from context_window.docreingest import describe
+from context_window.docsearch import LineHit
 from context_window.docsummary import DocSummary
 from context_window.doctables import DocInfo, Ingested, Kept, Window
 from context_window.models import Chunk, Hit
@@ -48,6 +50,7 @@ def chunk_data(chunk: Chunk) -> dict[str, Any]:
         "start": chunk.start,
         "end": chunk.end,
         "heading": chunk.heading,
+        "line": chunk.line,
     }
 
 
@@ -119,6 +122,56 @@ def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, i
     return runs
 
 
+SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
+    """doc_search's first lines: what is shown, the tokens, what did not fit, how to read on."""
+    if terse:  # a budget too small for the full header
+        return f"{plural(hits, 'hit')} · {used}/{budget}"
+    head = f"{plural(hits, 'hit')}, best first · {used}/{budget} tokens"
+    if omitted:
+        head += f" · {omitted} more matching lines not shown"
+    return f"{head}\n{SEARCH_TIP}"
+
+
+def search_reserve(budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+    """Tokens doc_search keeps for its header (at its widest), and whether it must be terse."""
+    big = int("9" * len(str(budget)))
+    for terse in (False, True):
+        reserve = count(search_header(big, big, budget, 10**9, terse)) + 2
+        if reserve <= budget // 2:
+            break
+    return reserve, terse
+
+
+def render_hit(hit: LineHit, short: bool = False) -> str:
+    """One hit: ``# doc [chunk] heading · lines a-b``, then its passages in line order."""
+    return "\n".join([hit.header(short), *(p.render() for p in hit.passages)])
+
+
+def hit_data(hit: LineHit) -> dict[str, Any]:
+    """A search hit as structured content."""
+    return {
+        "doc_id": hit.doc_id,
+        "title": hit.title,
+        "chunk": hit.chunk,
+        "heading": hit.heading,
+        "first_line": hit.first_line,
+        "last_line": hit.last_line,
+        "score": round(hit.score, 4),
+        "passages": [
+            {"first_line": p.first, "last_line": p.last, "text": p.text, "like_lines": p.like}
+            for p in hit.passages
+        ],
+    }
+
+
 def hit_header(hit: Hit, with_id: bool = False) -> str:
     """``--- title [i] heading · score ---`` (the doc id after the title when asked)."""
     heading = f" {hit.chunk.heading}" if hit.chunk.heading else ""
@@ -126,26 +179,67 @@ def hit_header(hit: Hit, with_id: bool = False) -> str:
     return f"--- {title} [{hit.chunk.index}]{heading} · {hit.score:.2f} ---"
 
 
-def render_window(w: Window, budget: int) -> str:
-    """doc_window's text: a header, then each chunk under its index and heading."""
+def window_label(c: Chunk) -> str:
+    """The line above each chunk doc_window shows: ``[i] heading · line N``."""
+    where = f" · line {c.line}" if c.line else ""
+    return f"[{c.index}] {c.heading}".rstrip() + where
+
+
+def window_header(
+    doc_id: str,
+    first: int,
+    last: int,
+    chunks: int,
+    used: int,
+    budget: int,
+    next_call: str,
+    truncated: bool,
+    terse: bool = False,
+) -> str:
+    """doc_window's first line(s): the range, the tokens, and how to go on."""
+    if terse:  # a budget too small for the full header
+        return f"[{first}-{last}]/{chunks} · {used}/{budget}"
+    head = f"{doc_id} [{first}-{last}] of {plural(chunks, 'chunk')} · {used}/{budget} tokens · "
+    head += next_call
+    if truncated:
+        head += f"\nchunk {first} is over the budget: cut (raise budget_tokens to read it whole)"
+    return head
+
+
+def window_reserve(
+    doc: DocInfo, session_id: str | None, budget: int, count: Callable[[str], int]
+) -> tuple[int, bool]:
+    """Tokens doc_window keeps for its header (at its widest), and whether it must be terse."""
+    big = int("9" * len(str(max(doc.chunks, 1))))
+    used = int("9" * len(str(budget)))
+    call = _next_call(doc.id, session_id, big)
+    for terse in (False, True):
+        widest = window_header(doc.id, big, big, doc.chunks, used, budget, call, True, terse)
+        reserve = count(widest) + 2
+        if reserve <= budget // 2:
+            break
+    return reserve, terse
+
+
+def _next_call(doc_id: str, session_id: str | None, cursor: int) -> str:
+    call = f"doc_id={doc_id!r}" + (f", session_id={session_id!r}" if session_id else "")
+    return f"next: doc_window({call}) from {cursor}"
+
+
+def render_window(w: Window, budget: int, terse: bool = False) -> str:
+    """doc_window's text: a header, then each chunk under its label."""
     d = w.doc
-    call = f"doc_id={d.id!r}" + (f", session_id={w.session_id!r}" if w.session_id else "")
     if not w.chunks:
         return (
             f"end of document; reset=true to start over, or pass from=N "
             f"({d.id} has {d.chunks} chunks)"
         )
     first, last = w.chunks[0].index, w.chunks[-1].index
-    head = (
-        f"{d.title} [{first}-{last}] of {d.chunks} chunks · {w.used_tokens}/{budget} tokens · "
-        + ("end of document" if w.at_end else f"next: doc_window({call}) from {w.cursor}")
+    then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor)
+    head = window_header(
+        d.id, first, last, d.chunks, w.used_tokens, budget, then, w.truncated, terse
     )
-    if w.truncated:
-        head += (
-            f"\nchunk {first} is larger than the budget: truncated to {budget} tokens "
-            "(raise budget_tokens to read it whole)"
-        )
-    body = [f"[{c.index}] {c.heading}".rstrip() + f"\n{c.text}" for c in w.chunks]
+    body = [c.text if terse else f"{window_label(c)}\n{c.text}" for c in w.chunks]
     return "\n\n".join([head, *body])
 
 

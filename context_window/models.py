@@ -37,7 +37,10 @@ class Entry:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A slice of a document: ``text == source[start:end]``, under its heading trail."""
+    """A slice of a document: ``text == source[start:end]``, under its heading trail.
+
+    ``line`` is the 1-based line number of ``start`` in the source (0: not known).
+    """
 
     index: int
     text: str
@@ -45,6 +48,7 @@ class Chunk:
     start: int
     end: int
     heading: str = ""
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,13 +94,18 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class Recall:
-    """Entries chosen for a recall, in chronological order, and what was left out."""
+    """Entries chosen for a recall, best first, and what was left out.
+
+    ``searchable`` is False when a query was given but none of its words is
+    searchable (only stop words or punctuation): the newest entries were chosen.
+    """
 
     entries: tuple[Entry, ...]
     candidates: int
     packed: Packed
     scores: dict[str, float]
     beyond_limit: int = 0
+    searchable: bool = True
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -106,20 +107,73 @@ def render_open(session: Session, created: bool, stats: SessionStats, budget: in
     return "\n".join(lines)
 
 
-def render_recall(session: Session, rec: Recall) -> str:
-    """context_recall's text: a header with counts and tokens, then full entries in time order."""
+def recall_label(entry: Entry) -> str:
+    """The short line above each recalled entry: id, time, and role, tags and flags if any."""
+    role = "" if entry.role == "note" else f" {entry.role}"
+    tags = "".join(f" #{t}" for t in entry.tags)
+    flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
+    if entry.superseded:
+        flags.append(
+            f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
+        )
+    extra = f" ({', '.join(flags)})" if flags else ""
+    when = time.strftime("%m-%d %H:%M", time.localtime(entry.created_at))
+    return f"[{entry.id} {when}{role}{tags}{extra}]"
+
+
+NOTHING_MATCHED = "Nothing matched: try other words, or no query for the latest."
+
+
+def recall_header(
+    shown: int,
+    candidates: int,
+    used: int,
+    budget: int,
+    omitted: int,
+    beyond: int,
+    searchable: bool,
+    terse: bool = False,
+) -> str:
+    """context_recall's first line(s): counts and tokens, and what was left out."""
+    if terse:  # a budget too small for the full header
+        return f"{shown}/{candidates} · {used}/{budget}"
+    header = f"{shown} of {candidates} entries, best first · {used}/{budget} tokens"
+    if omitted:
+        header += f" · {omitted} did not fit"
+    if beyond:
+        header += f" · {beyond} past limit"
+    if not searchable:
+        header += "\nNo searchable words in the query: newest first."
+    return header
+
+
+def recall_reserve(total: int, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+    """Tokens kept for the header and any closing note (their widest form), and whether terse."""
+    big = int("9" * len(str(max(total, 1))))
+    used = int("9" * len(str(budget)))
+    for terse in (False, True):
+        reserve = count(recall_header(big, big, used, budget, big, big, False, terse)) + 1
+        if reserve <= budget // 2:
+            break
+    return reserve, terse
+
+
+def render_recall(rec: Recall, terse: bool = False) -> str:
+    """context_recall's text: a header with counts and tokens, then entries best first."""
     p = rec.packed
-    header = (
-        f"{len(rec.entries)} of {rec.candidates} entries from '{session.id}' · "
-        f"{p.used_tokens}/{p.budget} tokens"
+    header = recall_header(
+        len(rec.entries),
+        rec.candidates,
+        p.used_tokens,
+        p.budget,
+        p.omitted,
+        rec.beyond_limit,
+        rec.searchable,
+        terse,
     )
-    if p.omitted:
-        header += f" · {p.omitted} more did not fit (narrow the query or raise budget_tokens)"
-    if rec.beyond_limit:
-        header += f" · {rec.beyond_limit} more beyond limit"
     if not rec.entries:
-        return header + "\nNothing matched. Try other words, or omit query for the latest entries."
-    body = [f"{_head(e)}\n{e.text}" for e in rec.entries]
+        return header if terse else f"{header}\n{NOTHING_MATCHED}"
+    body = [f"{recall_label(e)}\n{e.text}" for e in rec.entries]
     return "\n\n".join([header, *body])
 
 
@@ -227,23 +281,28 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         include_superseded: bool = False,
     ) -> CallToolResult:
         session = service.session(session_id)
+        want = budget_tokens or budget
+        reserve, terse = recall_reserve(session.stats().total, want, service.counter.count)
         rec = session.recall(
             query,
-            budget_tokens or budget,
+            want,
             limit=limit,
             tags=tags,
             include_superseded=include_superseded,
+            label=recall_label,
+            reserve=reserve,
         )
         data = {
             "session_id": session.id,
-            "entries": [entry_data(e) for e in rec.entries],
+            "entries": [{**entry_data(e), "score": rec.scores.get(e.id, 0.0)} for e in rec.entries],
             "candidates": rec.candidates,
+            "searchable": rec.searchable,
             "used_tokens": rec.packed.used_tokens,
             "budget": rec.packed.budget,
             "omitted": rec.packed.omitted,
             "beyond_limit": rec.beyond_limit,
         }
-        return result(render_recall(session, rec), data)
+        return result(render_recall(rec, terse), data)
 
     @app.tool(
         annotations=WRITES,

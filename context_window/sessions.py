@@ -23,20 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import (
     ROLES,
     CompactionPlan,
     Entry,
+    Packed,
     Purged,
     Recall,
     SessionStats,
 )
-from context_window.packing import pack_ranked
 from context_window.sessionstate import SessionState
 from context_window.storage import Journal, new_id
-from context_window.textindex import Analyzer, recency_weights
+from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
 MAX_TEXT_CHARS = 200_000
@@ -44,6 +45,30 @@ MAX_TAGS = 10
 MAX_TAG_CHARS = 40
 MAX_TTL_DAYS = 36_500
 DAY = 86_400.0
+NEIGHBOUR_WEIGHT = 0.5  # share of the adjacent entries' BM25 an entry gains
+
+
+def smooth_neighbours(
+    scores: npt.NDArray[np.float64], among: npt.NDArray[np.bool_], times: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time.
+
+    Neighbours are the adjacent entries of ``among`` (what recall may return) in
+    time order; entries outside ``among`` keep a score of 0.
+    """
+    out = np.zeros_like(scores)
+    idx = np.flatnonzero(among)
+    if len(idx) == 0:
+        return out
+    idx = idx[np.argsort(times[idx], kind="stable")]
+    own = scores[idx]
+    near = np.zeros_like(own)
+    near[1:] += own[:-1]
+    near[:-1] += own[1:]
+    out[idx] = own + NEIGHBOUR_WEIGHT * near
+    return out
+
+
 Clock = Callable[[], float]
 
 
@@ -284,7 +309,8 @@ class Session:
         with self.journal.locked():
             self._catch_up()
             rec = self._state.records.get(compaction_id)
-            if rec is None or not rec["replaces"]:
+            # A summary stays a compaction when a purge erased every entry it folded.
+            if rec is None or not (rec["replaces"] or rec["role"] == "summary"):
                 raise NotFound(
                     f"no compaction {compaction_id!r} in session {self.id!r}; its id is the "
                     "summary id context_compact returned (role summary in context_recall)"
@@ -317,15 +343,25 @@ class Session:
         limit: int | None = None,
         tags: Sequence[str] | None = None,
         include_superseded: bool = False,
+        label: Callable[[Entry], str] | None = None,
+        reserve: int = 0,
     ) -> Recall:
-        """Rank entries (pinned first, then BM25 x recency or recency alone) and pack them."""
+        """Rank entries and pack the best into ``budget`` tokens, best first.
+
+        Pinned entries come first. With a query, the rest rank by BM25 over the
+        entries recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of
+        the entries just before and after it in time (an answer usually sits next
+        to the turn that names its topic); recency only breaks ties. Without a
+        query, or with one that has no searchable terms, the newest come first.
+        Each entry costs its text plus its ``label`` line; ``reserve`` tokens are
+        kept for the caller's own header, so the whole answer fits ``budget``.
+        """
         self.refresh()
         wanted = set(check_tags(tags))
         n = len(self._state.order)
         seqs = np.array(self._state.seqs, dtype=np.float64)
         now = self.clock()
         flags = self._state.masks(now)
-        pinned_mask = flags.pinned
         mask = ~flags.deleted & ~flags.expired
         if not include_superseded:
             mask &= ~flags.superseded
@@ -338,26 +374,56 @@ class Session:
                 dtype=np.bool_,
                 count=n,
             )
-        recency = recency_weights(seqs)
         terms = self._analyzer.terms(query) if query and query.strip() else []
-        if query and query.strip() and not terms:
-            raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
-        scores = self._state.index.scores(terms) * recency if terms else recency
-        pinned = np.flatnonzero(mask & pinned_mask)
-        rest_mask = mask & ~pinned_mask
-        if terms:  # BM25 can score a real match <= 0 (a term in half or more of few entries)
-            rest_mask &= self._state.index.matching(terms)
-        rest = np.flatnonzero(rest_mask)
-        rest = rest[np.lexsort((-seqs[rest], -scores[rest]))]  # stable: ties keep position order
+        searchable = not (query and query.strip()) or bool(terms)
+        pinned = np.flatnonzero(mask & flags.pinned)  # shown whatever the query
+        if terms:
+            scores = self._state.index.scores(terms, exclude=~mask)
+            scores = smooth_neighbours(np.maximum(scores, 0.0), mask, seqs)
+            # BM25 can score a real match <= 0 (a term in half or more of few entries).
+            mask &= (scores > 0) | self._state.index.matching(terms)
+        else:
+            scores = np.zeros(n, dtype=np.float64)
+        rest = np.flatnonzero(mask & ~flags.pinned)
+        pinned = pinned[np.lexsort((-seqs[pinned], -scores[pinned]))]
+        rest = rest[np.lexsort((-seqs[rest], -scores[rest]))]
         ranked = np.concatenate([pinned, rest])
         candidates = len(ranked)
         if limit is not None:
             ranked = ranked[:limit]
-        packed = pack_ranked(np.array(self._state.costs, dtype=np.int64)[ranked], budget)
-        chosen = sorted((int(ranked[k]) for k in packed.items), key=lambda i: seqs[i])
+        chosen, packed = self._pack(ranked, budget, label, reserve, now)
         entries = tuple(self._entry(self._state.order[i], now) for i in chosen)
-        score_map = {self._state.order[i]: float(scores[i]) for i in chosen}
-        return Recall(entries, candidates, packed, score_map, candidates - len(ranked))
+        score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
+        return Recall(entries, candidates, packed, score_map, candidates - len(ranked), searchable)
+
+    def _pack(
+        self,
+        ranked: npt.NDArray[np.intp],
+        budget: int,
+        label: Callable[[Entry], str] | None,
+        reserve: int,
+        now: float,
+    ) -> tuple[list[int], Packed]:
+        """Greedy in rank order: each entry costs its text, its label and a separator line."""
+        costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
+        room = budget - reserve
+        # Lower bounds of what is left, so the walk stops once nothing further can fit.
+        floor = np.minimum.accumulate(costs[::-1])[::-1] if len(costs) else costs
+        chosen: list[int] = []
+        used = omitted = 0
+        for k, pos in enumerate(ranked.tolist()):
+            if room - used < floor[k]:
+                omitted += len(ranked) - k
+                break
+            cost = int(costs[k])
+            if used + cost <= room and label is not None:
+                cost += self.counter.count(label(self._entry(self._state.order[pos], now)))
+            if used + cost <= room:
+                chosen.append(pos)
+                used += cost
+            else:
+                omitted += 1
+        return chosen, Packed(tuple(chosen), used + reserve, omitted, budget)
 
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""

@@ -18,6 +18,7 @@ import regex
 from context_window.errors import InvalidInput, UpstreamError
 from context_window.llm import LLMClient
 from context_window.models import Summary
+from context_window.textindex import STOP_WORDS
 from context_window.tokens import TokenCounter, truncate
 
 SINGLE_CALL_TOKENS = 6000  # inputs up to this size go to the model in one call
@@ -32,12 +33,7 @@ def _words(spaced: str) -> frozenset[str]:
 
 
 _TERM = regex.compile(r"[a-z0-9_$]+")
-_STOP = _words(
-    "a an and are as at be but by for from has have if in into is it its of on or so that "
-    "the their then there these this to was were will with we you he she they not no do "
-    "does did been being than which who whom what when where why how can could should would "
-    "may might our your his her them also all any each"
-)
+_STOP = STOP_WORDS  # the index's list: what retrieval ignores, the summary ignores too
 # Abbreviations after which a period never ends a sentence ("etc." ends one before a capital).
 _ABBREV = _words(
     "e.g i.e cf vs dr mr mrs ms prof sr jr st mt inc ltd co corp dept approx ca al gen col "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from context_window.textindex import STOP_WORDS, Analyzer
+from context_window.textindex import Analyzer
 
 U32 = npt.NDArray[np.uint32]
 I64 = npt.NDArray[np.int64]
@@ -58,9 +58,8 @@ class TermCounter:
     def term_ids(self, raw: str) -> tuple[int, ...]:
         """Vocabulary ids of the index terms of one raw word (adding new terms)."""
         vocab = self.vocab
-        if raw.isdigit() or (raw.islower() and raw.isalpha()):
-            # One plain part, no identifier split: the analyzer would return it alone.
-            if len(raw) < 2 or raw in STOP_WORDS:
+        if raw.isdigit():  # one plain part: no identifier split, no stem
+            if len(raw) < 2:
                 return ()
             return (vocab.setdefault(raw, len(vocab)),)
         return tuple(vocab.setdefault(t, len(vocab)) for t in self.analyzer.expand(raw))

@@ -2,19 +2,24 @@
 
 Terms are lowercase words; identifiers are indexed whole and by their parts, so
 ``getUserName`` yields ``getusername get user name`` and ``blk_38`` yields
-``blk_38 blk 38``. No stemming. Scores follow Robertson's BM25 with k1 = 1.2,
-b = 0.75 and rank_bm25's floor for negative idf (epsilon x the average idf).
+``blk_38 blk 38``. Stop words (one standard English list, which the summarizer
+shares) are dropped, and alphabetic terms are reduced to their Snowball English
+stem (PyStemmer), on the index and the query alike, so "retries" finds "retry".
+Scores follow Robertson's BM25 with k1 = 1.2, b = 0.75 and rank_bm25's floor for
+negative idf (epsilon x the average idf).
 """
 
 from __future__ import annotations
 
-import math
+import itertools
+import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 import regex
+import Stemmer
 
 K1 = 1.2
 B = 0.75
@@ -26,10 +31,17 @@ _WORD = regex.compile(r"[\w$]+")
 # Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
 # accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
+# A standard English list of function words (articles, pronouns, auxiliaries, conjunctions,
+# question words and the commonest prepositions). Words that carry meaning in logs and
+# notes ("out" of memory, link "down", power "off", "more" failures) are not on it.
+# Checked on the lowercased word, before stemming.
 STOP_WORDS = frozenset(
-    "a an and are as at be but by for from has have he her his i if in into is it its me my "
-    "no not of on or our she so than that the their them then there these they this to was we "
-    "were what when where which who will with you your".split()
+    "a about also am an and are as at be been being but by can could did do does doing for "
+    "from had has have having he her here hers herself him himself his how i if in into is it "
+    "its itself just let may me might must my myself no nor not of on or our ours ourselves "
+    "shall she should so than that the their theirs them themselves then there these they "
+    "this those to too up us was we were what when where which while who whom why will with "
+    "would you your yours yourself yourselves".split()
 )
 _MEMO_LIMIT = 500_000
 
@@ -39,6 +51,15 @@ class Analyzer:
 
     def __init__(self) -> None:
         self._memo: dict[str, tuple[str, ...]] = {}
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stem_lock = threading.Lock()  # a PyStemmer object is not safe across threads
+
+    def _stem(self, word: str) -> str:
+        """The Snowball stem of an alphabetic word; other terms (ids, numbers) stay whole."""
+        if not word.isalpha():
+            return word
+        with self._stem_lock:
+            return str(self._stemmer.stemWord(word))
 
     def expand(self, raw: str) -> tuple[str, ...]:
         """Index terms for one raw word: the whole word, then its identifier parts."""
@@ -47,16 +68,21 @@ class Analyzer:
             return hit
         if len(self._memo) > _MEMO_LIMIT:
             self._memo.clear()
-        whole = raw.lower()
+        whole = raw.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
         out: list[str] = []
-        if len(whole) >= 2 and whole not in STOP_WORDS:
-            out.append(whole)
         parts = _PART.findall(raw)
-        if len(parts) > 1 or (parts and parts[0].lower() != whole):
+        split = len(parts) > 1 or bool(parts and parts[0].lower() != whole)
+        if len(whole) >= 2 and whole not in STOP_WORDS:
+            # Stemmed even when it is an identifier: "getusername" typed in lower case is
+            # a plain word, and must find the whole of "getUserName".
+            out.append(self._stem(whole))
+        if split:
             for part in parts:
                 low = part.lower()
                 if len(low) >= 2 and low not in STOP_WORDS and low != whole:
-                    out.append(low)
+                    stem = self._stem(low)
+                    if stem not in out:
+                        out.append(stem)
         result = tuple(out)
         self._memo[raw] = result
         return result
@@ -113,6 +139,7 @@ class MemoryIndex:
         self._stats: tuple[int, float, npt.NDArray[np.int64]] | None = None
         self._df: npt.NDArray[np.int64] | None = None
         self._pending: list[int] = []
+        self._excluded: tuple[tuple[int, int], npt.NDArray[np.int64]] | None = None
 
     def __len__(self) -> int:
         return len(self._doc_len)
@@ -211,22 +238,74 @@ class MemoryIndex:
         self._stats = (n, average_idf(df, n), doc_len)
         return self._stats[1], self._stats[2]
 
-    def scores(self, query_terms: Sequence[str]) -> FloatArray:
-        """BM25 score of every document for the query (repeated terms count again)."""
-        n = len(self._doc_len)
-        out = np.zeros(n, dtype=np.float64)
-        if n == 0 or not query_terms:
+    def scores(
+        self, query_terms: Sequence[str], exclude: npt.NDArray[np.bool_] | None = None
+    ) -> FloatArray:
+        """BM25 score of every document for the query (repeated terms count again).
+
+        With ``exclude``, the statistics (N, df, average length, the idf floor) are
+        those of the corpus without the excluded documents, whose scores are 0: a
+        ranking over what can be returned, exactly as BM25Okapi over those alone.
+        """
+        n_all = len(self._doc_len)
+        out = np.zeros(n_all, dtype=np.float64)
+        if n_all == 0 or not query_terms:
             return out
         avg_idf, doc_len = self._corpus_stats()
-        avgdl = self._total_len / n
+        n, total_len = n_all, self._total_len
+        df_out: npt.NDArray[np.int64] | None = None
+        if exclude is not None and exclude.any():
+            gone = np.flatnonzero(exclude[:n_all])
+            n -= len(gone)
+            if n <= 0:
+                return out
+            total_len -= int(doc_len[gone].sum())
+            df_out = self._excluded_df(exclude[:n_all], gone)
+            assert self._df is not None
+            df_in = self._df - df_out
+            present = df_in > 0
+            avg_idf = average_idf(df_in[present], n)
+        avgdl = total_len / n
         for term in query_terms:
             tid = self._term_ids.get(term)
             if tid is None:
                 continue
             docs, tfs = self._postings(tid)
-            idf = float(idf_values(np.array([len(docs)]), n, avg_idf)[0])
+            df = len(docs) - (int(df_out[tid]) if df_out is not None else 0)
+            if df <= 0:
+                continue
+            idf = float(idf_values(np.array([df]), n, avg_idf)[0])
             out[docs] += term_scores(tfs, doc_len[docs], avgdl, idf)
+        if df_out is not None and exclude is not None:
+            out[exclude[:n_all]] = 0.0
         return out
+
+    def _excluded_df(
+        self, exclude: npt.NDArray[np.bool_], gone: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.int64]:
+        """Per term, how many excluded documents hold it (cached until the excluded set changes).
+
+        Appends never change it: new documents are not excluded, so the cache only
+        has to grow to the new vocabulary.
+        """
+        terms = len(self._post_docs)
+        key = (len(gone), hash(gone.tobytes()))
+        cached = self._excluded
+        if cached is None or cached[0] != key:
+            tids = np.repeat(
+                np.arange(terms, dtype=np.int32),
+                np.fromiter(map(len, self._post_docs), dtype=np.int64, count=terms),
+            )
+            docs = np.fromiter(
+                itertools.chain.from_iterable(self._post_docs), dtype=np.int64, count=len(tids)
+            )
+            df_out = np.bincount(tids[exclude[docs]], minlength=terms).astype(np.int64)
+            cached = self._excluded = (key, df_out)
+        df_out = cached[1]
+        if len(df_out) < terms:
+            df_out = np.concatenate((df_out, np.zeros(terms - len(df_out), dtype=np.int64)))
+            self._excluded = (key, df_out)
+        return df_out
 
     def matching(self, query_terms: Sequence[str]) -> npt.NDArray[np.bool_]:
         """Which documents contain at least one query term, whatever the sign of their score."""
@@ -236,17 +315,3 @@ class MemoryIndex:
             if tid is not None:
                 out[self._postings(tid)[0]] = True
         return out
-
-
-def recency_weights(times: Iterable[float]) -> FloatArray:
-    """``1 + 0.25 * recency`` with recency min-max scaled to [0, 1] over ``times``."""
-    if isinstance(times, np.ndarray):
-        arr = np.asarray(times, dtype=np.float64)
-    else:
-        arr = np.fromiter(times, dtype=np.float64)
-    if len(arr) == 0:
-        return arr
-    lo, hi = float(arr.min()), float(arr.max())
-    if math.isclose(lo, hi):
-        return np.full(len(arr), 1.25)
-    return np.asarray(1.0 + 0.25 * (arr - lo) / (hi - lo), dtype=np.float64)

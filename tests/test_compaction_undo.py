@@ -49,7 +49,8 @@ async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsF
         assert undo["restored"] == ids[:10]
         assert text.startswith(f"Undid compaction {cid}: 10 entries are live again")
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
-        assert [e["id"] for e in rec["entries"]] == ids  # live again, in their places; no summary
+        # Live again, in their places (newest first, as recall shows them); no summary.
+        assert [e["id"] for e in rec["entries"]] == ids[::-1]
         assert not any(e["superseded"] for e in rec["entries"])
         # Undoing twice is an error that says how to redo instead.
         msg = await error(c, "context_uncompact", session_id="s", compaction_id=cid)
@@ -57,7 +58,7 @@ async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsF
         # Redo: restoring the retired summary folds the originals again.
         await ok(c, "context_update", session_id="s", entry_id=cid, delete=False)
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
-        assert [e["id"] for e in rec["entries"]] == [cid, *ids[10:]]
+        assert [e["id"] for e in rec["entries"]] == [cid, *ids[10:]][::-1]
 
 
 async def test_uncompact_refuses_what_it_cannot_undo(settings: SettingsFactory) -> None:
@@ -78,7 +79,7 @@ async def test_uncompact_refuses_what_it_cannot_undo(settings: SettingsFactory) 
         _, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=inner)
         assert undo["restored"] == ids[:6]
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
-        assert [e["id"] for e in rec["entries"]] == ids
+        assert [e["id"] for e in rec["entries"]] == ids[::-1]
 
 
 async def test_an_undo_survives_a_restart(settings: SettingsFactory, tmp_path: Path) -> None:

@@ -38,8 +38,9 @@ def test_layout_on_disk(store: DocumentStore) -> None:
     records = [json.loads(line) for line in (folder / "chunks.jsonl").read_text().splitlines()]
     assert len(records) == done.doc.chunks
     for rec in records:
-        assert set(rec) == {"index", "text", "tokens", "start", "end", "heading"}
+        assert set(rec) == {"index", "text", "tokens", "start", "end", "heading", "line"}
         assert rec["text"] == source[rec["start"] : rec["end"]]
+        assert rec["line"] == source.count("\n", 0, rec["start"]) + 1  # where it starts
     assert records[0]["heading"].startswith("Build guide")
 
 

@@ -1,9 +1,11 @@
 """Retrieval quality on real logs: every loghub event template should find its first line.
 
 For each system's ``<X>_2k.log`` (ingested as a file from an ingest root) and each
-event template, the query is the template's text without ``<*>`` wildcards; a hit
-is when the line given by the first ``LineId`` of that event lies inside one of the
-chunks doc_search returns (limit 5). Hit rates are printed per system (pytest -s).
+event template, the query is the template's text without ``<*>`` wildcards, sent
+as ``doc_search(query, limit=3, budget_tokens=1500)``; a hit is when the line
+given by the first ``LineId`` of that event is shown whole, with its line number,
+in the answer cut at 4 characters per token of budget. Hit rates are printed per
+system (pytest -s).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
 if not LOGHUB.is_dir():
     LOGHUB = Path("/work/shared/data/loghub")
 SYSTEMS = sorted(p.name for p in LOGHUB.iterdir() if (p / f"{p.name}_2k.log").is_file())
-THRESHOLD = {800: 0.8, 200: 0.78}  # overall first-line hit rate required, by chunk size
+THRESHOLD = {800: 0.95, 200: 0.95}  # overall first-line hit rate required, by chunk size
 
 pytestmark = pytest.mark.skipif(not SYSTEMS, reason="loghub samples not found")
 
@@ -45,20 +47,9 @@ def events(system: str) -> dict[str, tuple[str, list[int]]]:
     }
 
 
-def line_starts(text: str) -> list[int]:
-    """Character offset of the start of each line (index 0 = line 1)."""
-    starts = [0]
-    pos = text.find("\n")
-    while pos >= 0:
-        starts.append(pos + 1)
-        pos = text.find("\n", pos + 1)
-    return starts
-
-
 async def hit_rate(c: Client, system: str) -> tuple[int, int, int]:
-    """(first lines found, occurrences found, events) for one system."""
-    text = (LOGHUB / system / f"{system}_2k.log").read_bytes().decode("utf-8")
-    starts = line_starts(text)
+    """(first lines shown, events with any occurrence shown, events) for one system."""
+    lines = (LOGHUB / system / f"{system}_2k.log").read_bytes().decode("utf-8").split("\n")
     res = await c.call_tool(
         "doc_ingest", {"file_path": f"{system}/{system}_2k.log", "doc_id": system}
     )
@@ -68,20 +59,15 @@ async def hit_rate(c: Client, system: str) -> tuple[int, int, int]:
     for query, line_ids in evs.values():
         res = await c.call_tool(
             "doc_search",
-            {"query": query, "doc_id": system, "limit": 5, "budget_tokens": 20_000},
+            {"query": query, "doc_id": system, "limit": 3, "budget_tokens": 1500},
         )
-        data: dict[str, Any] = res.structured_content or {}
-        spans = [(h["start"], h["end"]) for h in data.get("hits", [])]
-        # A chunk is trimmed of surrounding whitespace, so a line counts from its first text.
-        offsets = [
-            starts[i - 1]
-            + len(text[starts[i - 1] :][:200])
-            - len(text[starts[i - 1] :][:200].lstrip())
-            for i in line_ids
+        text = "\n".join(getattr(b, "text", "") for b in res.content)[: 4 * 1500]
+        shown = [f"{i}: {lines[i - 1].rstrip()}" in text for i in line_ids]
+        listed = [
+            p["like_lines"] for h in (res.structured_content or {})["hits"] for p in h["passages"]
         ]
-        inside = [any(s <= off < e for s, e in spans) for off in offsets]
-        first += inside[0]
-        anywhere += any(inside)
+        first += shown[0]
+        anywhere += any(shown) or any(i in ids for ids in listed for i in line_ids)
     return first, anywhere, len(evs)
 
 

@@ -92,7 +92,7 @@ async def test_purge_beside_a_live_stdio_server(tmp_path: Path) -> None:
         r = await c.call_tool("context_recall", {"session_id": "live", "budget_tokens": 1000})
         assert r.structured_content is not None
         texts = [e["text"] for e in r.structured_content["entries"]]
-        assert texts == ["the deploy target is eu-west-1", "after purge"]
+        assert texts == ["after purge", "the deploy target is eu-west-1"]  # newest first
         r = await c.call_tool("context_status", {"session_id": "live"})
         assert r.structured_content is not None
         assert (r.structured_content["total"], r.structured_content["deleted"]) == (2, 0)

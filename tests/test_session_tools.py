@@ -15,6 +15,7 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from context_window.config import Settings
+from context_window.tokens import TokenCounter
 
 pytestmark = pytest.mark.anyio
 SettingsFactory = Callable[..., Settings]
@@ -135,18 +136,54 @@ async def test_recall_header_order_and_structured_entries(settings: SettingsFact
     async with client(settings()) as c:
         await ok(c, "context_open", session_id="s")
         ids = []
-        for t in ["cache miss in api", "lunch plans", "cache warmup script", "cache " * 300]:
+        texts = ["cache " * 300, "cache miss in api", "cache warmup script"]
+        texts += [f"filler note {i} on the weather" for i in range(6)]
+        for t in texts:
             ids.append((await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"])
-        text, data = await ok(c, "context_recall", session_id="s", query="cache", budget_tokens=60)
-    assert [e["id"] for e in data["entries"]] == [ids[0], ids[2]]
-    assert (data["candidates"], data["omitted"], data["budget"]) == (3, 1, 60)
-    assert data["used_tokens"] == sum(e["tokens"] for e in data["entries"]) <= 60
+        text, data = await ok(c, "context_recall", session_id="s", query="cache", budget_tokens=80)
+    shown = [e["id"] for e in data["entries"]]
+    assert set(shown[:2]) == {ids[1], ids[2]}  # the matches that fit, best first
+    assert ids[0] not in shown  # too big for the budget
+    scores = [e["score"] for e in data["entries"]]
+    assert scores == sorted(scores, reverse=True) and min(scores) >= 0
+    assert data["budget"] == 80 and data["searchable"] is True
+    assert data["omitted"] == data["candidates"] - len(shown) >= 1
+    assert data["used_tokens"] <= 80
     header = text.splitlines()[0]
-    assert header.startswith("2 of 3 entries from 's'")
-    assert f"{data['used_tokens']}/60 tokens" in header
-    assert "1 more did not fit" in header
-    assert text.index("cache miss in api") < text.index("cache warmup script")
-    assert "lunch" not in text
+    assert header.startswith(f"{len(shown)} of {data['candidates']} entries, best first")
+    assert f"{data['used_tokens']}/80 tokens" in header
+    assert f"{data['omitted']} did not fit" in header
+    assert text.index("[" + shown[0]) < text.index("[" + shown[1])
+    assert len(text) <= 4 * 80  # the whole answer, headers included, within the budget
+
+
+@pytest.mark.parametrize("budget", [16, 40, 100, 1000])
+async def test_recall_answer_fits_its_budget_whole(settings: SettingsFactory, budget: int) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        for i in range(30):
+            note = f"note {i}: the cache {'warmup ' * (i % 7)}ran on worker-{i}"
+            await ok(c, "context_append", session_id="s", text=note, tags=[f"t{i % 3}"])
+        for query in (None, "cache warmup", "the of", "zebra"):
+            args = {"session_id": "s", "budget_tokens": budget}
+            if query is not None:
+                args["query"] = query
+            text, data = await ok(c, "context_recall", **args)
+            assert TokenCounter(0.27).count(text) <= budget, (query, text)
+            assert data["used_tokens"] <= budget
+
+
+async def test_recall_of_a_query_without_searchable_words_is_not_an_error(
+    settings: SettingsFactory,
+) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        first = (await ok(c, "context_append", session_id="s", text="older note"))[1]
+        last = (await ok(c, "context_append", session_id="s", text="newer note"))[1]
+        text, data = await ok(c, "context_recall", session_id="s", query="the of and ?")
+    assert "No searchable words in the query" in text
+    assert data["searchable"] is False
+    assert [e["id"] for e in data["entries"]] == [last["entry_id"], first["entry_id"]]
 
 
 async def test_recall_nothing_matched_and_tags_and_limit(settings: SettingsFactory) -> None:
@@ -269,7 +306,6 @@ async def test_list_sessions_newest_first(settings: SettingsFactory) -> None:
         ("context_append", {"session_id": "s", "text": "  "}, "non-empty"),
         ("context_append", {"session_id": "s", "text": "x", "role": "boss"}, "role must be one of"),
         ("context_append", {"session_id": "s", "text": "x", "tags": list("abcdefghijk")}, "10"),
-        ("context_recall", {"session_id": "s", "query": "the of and"}, "searchable"),
         ("context_recall", {"session_id": "s", "budget_tokens": 3}, "budget_tokens"),
         ("context_update", {"session_id": "s", "entry_id": "e-none", "pinned": True}, "no entry"),
         ("context_update", {"session_id": "s", "entry_id": "e-none"}, "pinned and/or delete"),

@@ -211,51 +211,79 @@ def test_update_needs_a_change_and_a_known_entry(session: Session) -> None:
 # --- recall -------------------------------------------------------------------------------
 
 
-def test_recall_with_query_ranks_relevant_and_drops_zero_scores(session: Session) -> None:
+def test_recall_with_query_ranks_matches_then_their_neighbours(session: Session) -> None:
     ids = fill(session, TOPICS)
     rec = session.recall("database orders", 4000)
-    assert {e.id for e in rec.entries} == {ids[0], ids[4]}
-    assert rec.candidates == 2
+    # The two matches first; then the entries next to them in time (which gain half their
+    # neighbours' score); entries neither matching nor adjacent are dropped.
+    assert {e.id for e in rec.entries[:2]} == {ids[0], ids[4]}
+    assert {e.id for e in rec.entries[2:]} == {ids[1], ids[3], ids[5]}
+    assert ids[2] not in {e.id for e in rec.entries}
+    assert rec.candidates == 5
     assert rec.packed.omitted == 0
-    assert all(score > 0 for score in rec.scores.values())
-    tight = session.recall("orders database migration index", session.get(ids[4]).tokens)
+    scores = [rec.scores[e.id] for e in rec.entries]
+    assert all(score > 0 for score in scores)
+    assert scores == sorted(scores, reverse=True)
+    tight = session.recall("orders database migration index", session.get(ids[4]).tokens + 1)
     assert [e.id for e in tight.entries] == [ids[4]]
-    assert tight.packed.omitted == 1
+    assert tight.packed.omitted == tight.candidates - 1
 
 
 def test_recall_finds_identifier_parts(session: Session) -> None:
     ids = fill(session, TOPICS)
-    assert [e.id for e in session.recall("user name", 4000).entries] == [ids[2]]
-    assert [e.id for e in session.recall("auth service", 4000).entries] == [ids[2]]
+    assert session.recall("user name", 4000).entries[0].id == ids[2]
+    assert session.recall("auth service", 4000).entries[0].id == ids[2]
+
+
+def test_recall_stems_query_and_entries(session: Session) -> None:
+    ids = fill(session, ["The retries stopped after the third attempt.", "Lunch was late."])
+    assert session.recall("retry", 4000).entries[0].id == ids[0]
+    assert session.recall("attempted retrying", 4000).entries[0].id == ids[0]
 
 
 def test_recall_puts_pinned_first_even_when_irrelevant(session: Session) -> None:
     ids = fill(session, TOPICS)
     session.update(ids[3], pinned=True)  # the weather note
     rec = session.recall("database", 4000)
-    assert ids[3] in {e.id for e in rec.entries}
-    only_one = session.recall("database", session.get(ids[3]).tokens)
+    assert rec.entries[0].id == ids[3]
+    only_one = session.recall("database", session.get(ids[3]).tokens + 1)
     assert [e.id for e in only_one.entries] == [ids[3]]
 
 
-def test_recall_without_query_returns_most_recent_in_order(session: Session) -> None:
+def test_recall_without_query_returns_most_recent_first(session: Session) -> None:
     ids = fill(session, [f"entry number {i} with some words" for i in range(10)])
-    per = session.get(ids[0]).tokens
+    per = session.get(ids[0]).tokens + 1
     rec = session.recall(None, per * 3)
-    assert [e.id for e in rec.entries] == ids[-3:]
+    assert [e.id for e in rec.entries] == ids[-1:-4:-1]
     assert rec.packed.omitted == 7
     assert rec.candidates == 10
-    assert [e.id for e in session.recall("   ", per * 3).entries] == ids[-3:]
+    assert [e.id for e in session.recall("   ", per * 3).entries] == ids[-1:-4:-1]
 
 
-def test_recall_output_is_chronological(session: Session) -> None:
+def test_recall_output_is_best_first(session: Session) -> None:
+    fill(session, [f"filler note {i} on lunch" for i in range(8)])
     texts = ["cache miss one", "other thing", "cache cache cache miss miss", "cache too"]
     ids = fill(session, texts)
     rec = session.recall("cache miss", 4000)
-    assert [e.id for e in rec.entries] == [ids[0], ids[2], ids[3]]
-    assert [e.seq for e in rec.entries] == sorted(e.seq for e in rec.entries)
-    best = max(rec.scores, key=rec.scores.__getitem__)
-    assert best == ids[2]
+    assert rec.entries[0].id == ids[2]
+    scores = [rec.scores[e.id] for e in rec.entries]
+    assert scores == sorted(scores, reverse=True)
+    assert {e.id for e in rec.entries} >= set(ids)  # "other thing" sits between two matches
+
+
+def test_recall_ignores_what_it_cannot_return_in_its_statistics(session: Session) -> None:
+    # BM25 over the live entries only: deleting entries that hold a term makes it rarer,
+    # so it weighs more, exactly as in a session that never had them.
+    ids = fill(session, ["alpha beta", "alpha gamma", "alpha delta", "beta"])
+    before = session.recall("alpha beta", 4000).scores[ids[0]]
+    session.update(ids[1], deleted=True)
+    session.update(ids[2], deleted=True)
+    fresh = Session(session.dir.parent / "other", {"id": "other"}, session.counter)
+    fresh.journal.path.parent.mkdir(parents=True, exist_ok=True)
+    kept = [fresh.append("alpha beta").id, fresh.append("beta").id]
+    after = session.recall("alpha beta", 4000).scores[ids[0]]
+    assert after != before
+    assert after == fresh.recall("alpha beta", 4000).scores[kept[0]]
 
 
 @pytest.mark.parametrize("budget", [0, 1, 7, 15, 16, 40, 99, 250, 10_000])
@@ -263,9 +291,18 @@ def test_recall_never_exceeds_the_budget(session: Session, budget: int) -> None:
     fill(session, [("word " * (i * 7 % 40 + 1)) + f"topic{i % 3}" for i in range(30)])
     for query in (None, "word", "topic1 word"):
         rec = session.recall(query, budget)
-        used = sum(e.tokens for e in rec.entries)
+        used = sum(e.tokens + 1 for e in rec.entries)  # each entry and its separator
         assert used == rec.packed.used_tokens <= budget
         assert len(rec.entries) + rec.packed.omitted == rec.candidates
+
+
+def test_recall_counts_labels_and_the_reserve_against_the_budget(session: Session) -> None:
+    fill(session, [f"note {i} about the cache" for i in range(20)])
+    label = lambda e: f"[{e.id} {e.role}]"  # noqa: E731
+    rec = session.recall("cache", 120, label=label, reserve=30)
+    cost = sum(e.tokens + 1 + session.counter.count(label(e)) for e in rec.entries)
+    assert rec.packed.used_tokens == cost + 30 <= 120
+    assert rec.packed.omitted == rec.candidates - len(rec.entries) > 0
 
 
 def test_recall_skips_a_big_entry_and_takes_smaller_ones(session: Session) -> None:
@@ -273,7 +310,7 @@ def test_recall_skips_a_big_entry_and_takes_smaller_ones(session: Session) -> No
     session.append("huge " * 500)
     small_new = session.append("small new note").id
     rec = session.recall(None, 50)
-    assert [e.id for e in rec.entries] == [small_old, small_new]
+    assert [e.id for e in rec.entries] == [small_new, small_old]
     assert rec.packed.omitted == 1
 
 
@@ -281,32 +318,37 @@ def test_recall_filters_by_tags_and_limit(session: Session) -> None:
     a = session.append("deploy the api", tags=["ops"]).id
     session.append("deploy the docs", tags=["docs"])
     c = session.append("deploy the worker", tags=["ops", "backend"]).id
-    assert [e.id for e in session.recall(None, 4000, tags=["ops"]).entries] == [a, c]
+    assert [e.id for e in session.recall(None, 4000, tags=["ops"]).entries] == [c, a]
     assert [e.id for e in session.recall("deploy", 4000, tags=["backend"]).entries] == [c]
     limited = session.recall(None, 4000, limit=1)
     assert [e.id for e in limited.entries] == [c]
     assert limited.packed.omitted == 0 and limited.beyond_limit == 2
 
 
-def test_recall_rejects_a_query_without_searchable_words(session: Session) -> None:
-    fill(session, TOPICS)
-    with pytest.raises(InvalidInput, match="searchable"):
-        session.recall("the a of !!", 4000)
+def test_recall_of_a_query_without_searchable_words_shows_the_newest(session: Session) -> None:
+    ids = fill(session, TOPICS)
+    rec = session.recall("the a of !!", 4000)
+    assert not rec.searchable
+    assert [e.id for e in rec.entries] == ids[::-1]
+    assert session.recall("cache", 4000).searchable
 
 
 @pytest.mark.parametrize("others", [0, 1, 2])
 def test_recall_finds_a_match_in_a_tiny_session(session: Session, others: int) -> None:
     # With 1-3 entries BM25 gives a term in half or more of them an idf <= 0; a real match
-    # must still be returned, not dropped as "zero score".
+    # must still be returned first, not dropped as "zero score".
     target = session.append("alpha release notes").id
     fill(session, [f"unrelated entry {i}" for i in range(others)])
-    assert [e.id for e in session.recall("alpha", 4000).entries] == [target]
+    assert session.recall("alpha", 4000).entries[0].id == target
     assert session.recall("beta", 4000).entries == ()
 
 
 def test_recall_returns_every_entry_when_all_match(session: Session) -> None:
     ids = fill(session, ["deploy api", "deploy docs", "deploy worker"])
-    assert [e.id for e in session.recall("deploy", 4000).entries] == ids
+    rec = session.recall("deploy", 4000)
+    assert {e.id for e in rec.entries} == set(ids)
+    # A term in every entry weighs nothing: the scores tie, and the newest comes first.
+    assert [e.id for e in rec.entries] == ids[::-1]
 
 
 def test_recall_of_empty_session(session: Session) -> None:
@@ -327,6 +369,22 @@ LONG = [
 @pytest.fixture
 def service(settings: SettingsFactory) -> Service:
     return Service(settings())
+
+
+@pytest.mark.anyio
+async def test_a_summary_whose_originals_were_purged_can_still_be_undone(
+    service: Service,
+) -> None:
+    s = service.sessions.open("p")[0]
+    ids = fill(s, LONG[:4])
+    c = await service.compact("p", keep_recent=0, target_tokens=60)
+    assert c.entry is not None
+    for eid in ids:
+        s.update(eid, deleted=True)
+    s.purge()
+    assert s.get(c.entry.id).replaces == ()
+    assert s.uncompact(c.entry.id) == []  # nothing left to restore, but no error
+    assert s.get(c.entry.id).deleted
 
 
 @pytest.mark.anyio

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from context_window.textindex import Analyzer, MemoryIndex, recency_weights
+from context_window.textindex import STOP_WORDS, Analyzer, MemoryIndex
 
 
 def reference(corpus: list[list[str]], query: list[str]) -> np.ndarray:
@@ -30,18 +30,21 @@ def ours(corpus: list[list[str]], query: list[str]) -> np.ndarray:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("getUserName", ["getusername", "get", "user", "name"]),
+        ("getUserName", ["getusernam", "get", "user", "name"]),
+        ("getusername", ["getusernam"]),
         ("snake_case_name", ["snake_case_name", "snake", "case", "name"]),
         ("HTTPServer", ["httpserver", "http", "server"]),
-        ("parseHTTPResponse2", ["parsehttpresponse2", "parse", "http", "response"]),
+        ("parseHTTPResponse2", ["parsehttpresponse2", "pars", "http", "respons"]),
+        ("blk_ blk_-42", ["blk", "blk", "42"]),
+        ("__init__", ["init"]),
         ("blk_38 v2", ["blk_38", "blk", "38", "v2"]),
         ("abc123", ["abc123", "abc", "123"]),
         ("The cat and the HAT", ["cat", "hat"]),
         ("a x I is 42 7", ["42"]),
         ("isValid", ["isvalid", "valid"]),
         ("$scope", ["$scope", "scope"]),
-        ("Straße naïve", ["straße", "naïve"]),
-        ("ÉcoleNormale", ["écolenormale", "école", "normale"]),
+        ("Straße naïve", ["straße", "naïv"]),
+        ("ÉcoleNormale", ["écolenormal", "école", "normal"]),
         ("日本語テキスト", ["日本語テキスト"]),
         ("", []),
     ],
@@ -52,12 +55,21 @@ def test_terms(text: str, expected: list[str]) -> None:
 
 def test_terms_keep_repeats_and_counts_add_them_up() -> None:
     a = Analyzer()
-    assert a.terms("retry retry Retry") == ["retry", "retry", "retry"]
-    assert a.counts("getUser user USER the") == {"getuser": 1, "get": 1, "user": 3}
+    assert a.terms("retry retries Retry") == ["retri", "retri", "retri"]
+    assert a.counts("getUser user USER the") == {"getus": 1, "get": 1, "user": 3}
 
 
-def test_no_stemming() -> None:
-    assert Analyzer().terms("running runs") == ["running", "runs"]
+def test_snowball_stems_words_and_identifier_parts_alike() -> None:
+    a = Analyzer()
+    assert a.terms("running runs ran") == ["run", "run", "ran"]
+    assert a.terms("connections connected") == ["connect", "connect"]
+    assert a.terms("retryConnections") == ["retryconnect", "retri", "connect"]
+
+
+def test_one_standard_stop_word_list() -> None:
+    common = "about been can could did do does had how up why would the of and".split()
+    assert all(w in STOP_WORDS for w in common)
+    assert Analyzer().terms(" ".join(common)) == []
 
 
 # --- BM25 parity ----------------------------------------------------------------------
@@ -156,10 +168,24 @@ def test_analyzer_feeds_the_index_like_rank_bm25_token_lists() -> None:
     assert int(np.argmax(expected)) == 0
 
 
-# --- recency ----------------------------------------------------------------------------
+# --- statistics over what can be returned -----------------------------------------------
 
 
-def test_recency_weights_are_min_max_scaled() -> None:
-    assert np.allclose(recency_weights([10.0, 20.0, 15.0]), [1.0, 1.25, 1.125])
-    assert np.allclose(recency_weights([5.0, 5.0]), [1.25, 1.25])
-    assert recency_weights([]).shape == (0,)
+@pytest.mark.parametrize("name", sorted(CORPORA))
+def test_excluded_documents_leave_the_statistics(name: str) -> None:
+    corpus, query = CORPORA[name]
+    index = MemoryIndex()
+    for doc in corpus:
+        index.add(dict(Counter(doc)))
+    for drop in range(len(corpus)):
+        exclude = np.zeros(len(corpus), dtype=np.bool_)
+        exclude[drop] = True
+        kept = [doc for i, doc in enumerate(corpus) if i != drop]
+        if not any(kept):
+            assert not index.scores(query, exclude=exclude).any()
+            continue
+        expected = np.insert(reference(kept, query), drop, 0.0)
+        assert np.allclose(index.scores(query, exclude=exclude), expected)
+    assert np.allclose(
+        index.scores(query, exclude=np.zeros(len(corpus), bool)), ours(corpus, query)
+    )

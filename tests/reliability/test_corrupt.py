@@ -51,7 +51,8 @@ async def serve_and_check(data_dir: Path, sid: str) -> dict[str, Any]:
     return {
         "status": status.structured_content,
         "status_text": text_of(status),
-        "recalled": [e["id"] for e in recall.structured_content["entries"]],
+        # Recall without a query shows the newest first: back into time order.
+        "recalled": [e["id"] for e in reversed(recall.structured_content["entries"])],
         "appended": appended.structured_content["entry_id"],
         "listed": text_of(listed),
     }
