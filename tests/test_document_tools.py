@@ -229,7 +229,7 @@ async def test_search_fills_the_budget_with_hits_up_to_the_limit(tmp_path: Path)
     notes[200] = "The tokenizer was rewritten to accept tabs."
     async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
         await ok(c, "doc_ingest", text="\n\n".join(notes), doc_id="notes")
-        text, data = await ok(c, "doc_search", query="tokenizer tab", doc_id="notes", limit=5)
+        _, data = await ok(c, "doc_search", query="tokenizer tab", doc_id="notes", limit=5)
         assert [p["text"] for p in data["hits"][0]["passages"] if "tokenizer" in p["text"]]
         assert (
             sum(

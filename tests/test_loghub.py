@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import Client
