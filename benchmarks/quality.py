@@ -1,83 +1,178 @@
-"""Retrieval quality on loghub: does doc_search find the line where each event first occurs?
+"""``python -m benchmarks quality``: retrieval quality and latency, before and after, in one run.
 
-Each system's 2k-line log is ingested at the default chunk size. For every event
-template the query is the template text without ``<*>``; a hit means the line
-given by the LineId of the template's first structured row lies wholly inside one
-of the top-5 chunks returned. Frequent events occur in many chunks that all match
-equally well, so the first occurrence is often outranked by a later one; the
-lenient ``any_line`` rate counts a hit when a returned chunk holds any line of the
-event.
+The checks (``benchmarks/qualityeval.py``) run twice on this machine, one after
+the other: against this working tree, and against a git worktree of a baseline
+commit (by default ``BASELINE``, the 0.1.0 release), each in its own process with
+its own code first on ``PYTHONPATH``. The figures:
+
+- loghub: the first line of each event template shown by
+  ``doc_search(query=template, limit=3, budget_tokens=1500)``;
+- meetings as documents: a gold turn shown by ``doc_search(query, limit=3,
+  budget_tokens=1500)``;
+- meetings as sessions: the share of gold turns inside
+  ``context_recall(query, budget_tokens=1000)``, and recall@5/10 over the order
+  the entries come back in;
+- tokens used per answer, and (unless ``--quick``) the p50 of ``context_recall`` at
+  10k entries and of ``doc_search`` on a 100 MB log, both through the MCP client.
+
+Every answer is cut at 4 characters per token of its budget before it is checked.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.corpus import log_text, systems, templates
-from benchmarks.documents import open_store
-from context_window.errors import InvalidInput
+from benchmarks import corpus
 
-TOP = 5
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = corpus.LOGHUB.parent
+BASELINE = "2e15702"  # 0.1.0, the release this is measured against
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "quality.json"
+LATENCY_ENTRIES = 10_000
+LATENCY_LOG_MB = 100
+
+ROWS = [
+    ("loghub first line shown (limit 3, 1500 tokens)", ("loghub", "hit_rate")),
+    ("loghub tokens per answer", ("loghub", "mean_tokens")),
+    ("meetings as documents: gold turn shown", ("qmsum_doc", "hit_rate")),
+    ("meetings as documents: tokens per answer", ("qmsum_doc", "mean_tokens")),
+    ("meetings as sessions: gold turns shown (1000 tokens)", ("qmsum_session", "gold_share")),
+    ("meetings as sessions: any gold turn shown", ("qmsum_session", "any_gold")),
+    ("meetings as sessions: recall@5", ("qmsum_session", "recall_at_5")),
+    ("meetings as sessions: recall@10", ("qmsum_session", "recall_at_10")),
+    ("meetings as sessions: tokens per answer", ("qmsum_session", "mean_tokens")),
+    ("context_recall p50 ms, 10k entries", ("latency", "recall_p50_ms")),
+    ("doc_search p50 ms, 100 MB log", ("latency", "search_p50_ms")),
+]
 
 
-def _line_spans(text: str) -> list[tuple[int, int]]:
-    spans, pos = [], 0
-    for line in text.split("\n"):
-        spans.append((pos, pos + len(line)))
-        pos += len(line) + 1
-    return spans
+def _log(message: str) -> None:
+    sys.stderr.write(f"[quality {time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
 
 
-def bench_quality(top: int = TOP) -> dict[str, Any]:
-    """Hit rate at ``top`` per system and over all templates."""
-    per_system: dict[str, Any] = {}
-    hits_all = any_all = total_all = unsearchable_all = 0
-    mismatched = 0
-    with tempfile.TemporaryDirectory(prefix="cw-bench-quality-") as tmp:
-        _, store = open_store(Path(tmp), [])
-        for system in systems():
-            text = log_text(system)
-            spans = _line_spans(text)
-            store.ingest(text=text, doc_id=system, title=system)
-            hits = any_hits = unsearchable = 0
-            tpls = templates(system)
-            for t in tpls:
-                start, end = spans[t.line_id - 1]
-                try:
-                    found = store.search(t.query, doc_id=system, limit=top)
-                except InvalidInput:
-                    unsearchable += 1
-                    continue
-                mismatched += sum(
-                    1 for h in found if text[h.chunk.start : h.chunk.end] != h.chunk.text
-                )
-                if any(h.chunk.start <= start and end <= h.chunk.end for h in found):
-                    hits += 1
-                event = [spans[i - 1] for i in t.lines]
-                if any(h.chunk.start <= a and b <= h.chunk.end for h in found for a, b in event):
-                    any_hits += 1
-            per_system[system] = {
-                "templates": len(tpls),
-                "hits": hits,
-                "unsearchable": unsearchable,
-                "hit_rate": round(hits / len(tpls), 3) if tpls else float("nan"),
-                "any_line_hit_rate": round(any_hits / len(tpls), 3) if tpls else float("nan"),
-            }
-            hits_all += hits
-            any_all += any_hits
-            total_all += len(tpls)
-            unsearchable_all += unsearchable
-    rates = [s["hit_rate"] for s in per_system.values()]
-    return {
-        "top": top,
-        "templates": total_all,
-        "hits": hits_all,
-        "unsearchable": unsearchable_all,
-        "hit_rate": round(hits_all / total_all, 3) if total_all else float("nan"),
-        "any_line_hit_rate": round(any_all / total_all, 3) if total_all else float("nan"),
-        "macro_hit_rate": round(sum(rates) / len(rates), 3) if rates else float("nan"),
-        "offset_mismatches": mismatched,
-        "systems": per_system,
+def _evaluate(code: Path, quick: bool, latency: Path | None) -> dict[str, Any]:
+    """Run the checks with ``code`` first on the path; return its JSON."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "qualityeval.py"), "--shared", str(SHARED)]
+    if quick:
+        cmd.append("--quick")
+    if latency is not None:
+        cmd += ["--latency", str(latency)]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=code)
+    if proc.returncode != 0:
+        raise RuntimeError(f"quality checks failed for {code}:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def evaluate_here(quick: bool) -> dict[str, Any]:
+    """The checks on this working tree only (for the full benchmark run)."""
+    return _evaluate(ROOT, quick, None)
+
+
+def _worktree(ref: str, where: Path) -> Path | None:
+    """A detached git worktree of ``ref`` at ``where``, or None (with the reason logged)."""
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        _log(f"no baseline: cannot check out {ref} ({proc.stderr.strip()[:200]})")
+        return None
+    return where
+
+
+def _latency_spec(work: Path) -> Path:
+    spec = {
+        "entries": corpus.session_texts(LATENCY_ENTRIES, seed=LATENCY_ENTRIES),
+        "session_queries": corpus.session_queries(43, seed=LATENCY_ENTRIES),
+        "doc_queries": corpus.doc_queries(43),
+        "log": str(corpus.big_log(LATENCY_LOG_MB)),
     }
+    path = work / "latency.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def _value(result: dict[str, Any] | None, key: tuple[str, str]) -> Any:
+    if result is None:
+        return None
+    return result.get(key[0], {}).get(key[1])
+
+
+def table(after: dict[str, Any], before: dict[str, Any] | None, baseline: str) -> str:
+    """The figures, before and after, with the ratio where both exist."""
+    head = f"{'figure':<56} {'before (' + baseline + ')':>18} {'after':>10} {'ratio':>7}"
+    lines = [head, "-" * len(head)]
+    for label, key in ROWS:
+        a, b = _value(after, key), _value(before, key)
+        if a is None and b is None:
+            continue
+        ratio = (
+            f"{a / b:.2f}"
+            if isinstance(a, int | float) and isinstance(b, int | float) and b
+            else ""
+        )
+        lines.append(
+            f"{label:<56} {'' if b is None else b:>18} {'' if a is None else a:>10} {ratio:>7}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the checks after (and before, at the baseline), print the table, write JSON."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks quality", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="two logs and three meetings, no latency")
+    p.add_argument("--baseline", default=BASELINE, help=f"git ref to compare with ({BASELINE})")
+    p.add_argument("--no-baseline", action="store_true", help="measure this tree only")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output ({DEFAULT_OUT})")
+    ns = p.parse_args(argv)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="cw-quality-") as tmp:
+        work = Path(tmp)
+        spec = None if ns.quick else _latency_spec(work)
+        before = None
+        base = None if ns.no_baseline else _worktree(ns.baseline, work / "baseline")
+        try:
+            if base is not None:
+                _log(f"before: {ns.baseline}")
+                before = _evaluate(base, ns.quick, spec)
+            _log("after: this working tree")
+            after = _evaluate(ROOT, ns.quick, spec)
+        finally:
+            if base is not None:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
+                    capture_output=True,
+                    check=False,
+                )
+    result = {
+        "meta": {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "baseline": None if before is None else ns.baseline,
+            "quick": ns.quick,
+            "cpus": os.cpu_count(),
+            "duration_s": round(time.time() - started, 1),
+        },
+        "before": before,
+        "after": after,
+    }
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    ns.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    sys.stdout.write(table(after, before, ns.baseline) + "\n")
+    sys.stdout.write(f"JSON written to {ns.out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

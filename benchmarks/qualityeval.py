@@ -38,7 +38,7 @@ CHARS_PER_TOKEN = 4
 MIN_GOLD_CHARS = 40
 
 
-def _server(data_dir: Path) -> tuple[Any, Any]:
+def _server(data_dir: Path, roots: tuple[Path, ...] = ()) -> tuple[Any, Any]:
     """A Service and its MCP server on ``data_dir`` (defaults, LLM off), whatever the layout."""
     from context_window.config import load_settings
     from context_window.service import Service
@@ -47,7 +47,10 @@ def _server(data_dir: Path) -> tuple[Any, Any]:
         from context_window.server import build_server
     except ImportError:  # pragma: no cover - older or newer layouts
         from context_window.server.app import build_server  # type: ignore[no-redef]
-    settings = load_settings({"data_dir": data_dir, "llm_enabled": False}, environ={})
+    flags: dict[str, Any] = {"data_dir": data_dir, "llm_enabled": False}
+    if roots:
+        flags["ingest_roots"] = list(roots)
+    settings = load_settings(flags, environ={})
     service = Service(settings)
     return service, build_server(service)
 
@@ -214,13 +217,63 @@ async def evaluate(shared: Path, quick: bool) -> dict[str, Any]:
     return out
 
 
+def _p50_ms(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return round(1000 * ordered[len(ordered) // 2], 3) if ordered else float("nan")
+
+
+async def latency(spec: dict[str, Any]) -> dict[str, Any]:
+    """p50 of context_recall on a session of many entries and of doc_search on a large log.
+
+    Both through the in-memory client, so the answer's rendering is timed too.
+    """
+    from mcp import Client
+
+    log = Path(spec["log"])
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="cw-latency-") as tmp:
+        service, server = _server(Path(tmp), (log.parent,))
+        try:
+            session, _ = service.sessions.open("lat")
+            for text in spec["entries"]:
+                session.append(text)
+            async with Client(server) as client:
+                samples = []
+                for k, q in enumerate(spec["session_queries"]):
+                    t0 = time.perf_counter()
+                    await client.call_tool("context_recall", {"session_id": "lat", "query": q})
+                    if k >= 3:  # the first calls warm caches, as in a running server
+                        samples.append(time.perf_counter() - t0)
+                out["recall_p50_ms"] = _p50_ms(samples)
+                out["recall_entries"] = len(spec["entries"])
+                t0 = time.perf_counter()
+                res = await client.call_tool("doc_ingest", {"file_path": str(log), "doc_id": "big"})
+                out["ingest_s"] = round(time.perf_counter() - t0, 2)
+                assert not res.is_error, _text(res)
+                samples = []
+                for k, q in enumerate(spec["doc_queries"]):
+                    t0 = time.perf_counter()
+                    await client.call_tool("doc_search", {"query": q, "doc_id": "big"})
+                    if k >= 3:
+                        samples.append(time.perf_counter() - t0)
+                out["search_p50_ms"] = _p50_ms(samples)
+                out["log_bytes"] = log.stat().st_size
+        finally:
+            await service.aclose()
+    return out
+
+
 def main() -> None:
     """Evaluate the importable context-window and print JSON."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--shared", type=Path, required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--latency", type=Path, help="JSON: entries, queries and a log path")
     args = parser.parse_args()
     result = asyncio.run(evaluate(args.shared, args.quick))
+    if args.latency:
+        spec = json.loads(args.latency.read_text(encoding="utf-8"))
+        result["latency"] = asyncio.run(latency(spec))
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -1,5 +1,8 @@
 """Run every benchmark, print the table, write JSON: ``python -m benchmarks [--quick]``.
 
+``python -m benchmarks quality [--quick]`` runs the retrieval-quality checks alone,
+against this tree and a baseline commit side by side (see ``benchmarks.quality``).
+
 Also runnable as ``python benchmarks/run.py``. The full run takes a few minutes
 (most of it building the 100 MB log's baselines); ``--quick`` is a CI-sized run of
 a few seconds whose figures are not comparable with the targets (they are marked
@@ -127,8 +130,8 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
     _log(f"engines: ours vs SQLite FTS5 vs rank_bm25 rebuilt per search ({scale.rebuilds} timed)")
     details["engines"] = _engines(work, details["documents"], queries, scale.rebuilds)
 
-    _log("quality: loghub event templates")
-    details["quality"] = quality.bench_quality()
+    _log("quality: loghub templates and meetings through the tools (python -m benchmarks quality)")
+    details["quality"] = quality.evaluate_here(quick=scale is QUICK)
 
     _log("lifecycle: tools/list cost, compaction facts, purge, re-ingest of a grown log")
     ldir = work / "lifecycle-data"
@@ -162,12 +165,15 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags, run, print the table, write the JSON."""
+    """Parse flags, run, print the table, write the JSON (``quality``: see benchmarks.quality)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["quality"]:
+        return quality.main(args[1:])
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small CI-sized run (seconds)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output ({DEFAULT_OUT})")
     p.add_argument("--keep", action="store_true", help="keep the temporary data directories")
-    ns = p.parse_args(argv)
+    ns = p.parse_args(args)
     logging.getLogger("context_window").setLevel(logging.WARNING)
     scale, mode = (QUICK, "quick") if ns.quick else (FULL, "full")
     work = Path(tempfile.mkdtemp(prefix="cw-bench-"))

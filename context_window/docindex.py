@@ -40,6 +40,7 @@ from context_window.textindex import average_idf, idf_values, term_scores
 
 # 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
 INDEX_VERSION = 2
+FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 F64 = npt.NDArray[np.float64]
 
 
@@ -133,6 +134,7 @@ class DocIndex:
         self._chunks = _load(directory / "post_chunks.npy")
         self._tfs = _load(directory / "post_tfs.npy")
         self._doc_len = _load(directory / "doc_len.npy")
+        self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
 
     def close(self) -> None:
         """Release the mapping of terms.bin (arrays are released when dropped)."""
@@ -140,7 +142,15 @@ class DocIndex:
             self._terms.close()
 
     def find(self, term: str) -> int:
-        """The term's number, or -1: a binary search over the sorted term list."""
+        """The term's number, or -1: a binary search over the sorted term list (remembered)."""
+        hit = self._found.get(term)
+        if hit is None:
+            if len(self._found) >= FOUND_MEMO:
+                self._found.clear()
+            hit = self._found[term] = self._search(term)
+        return hit
+
+    def _search(self, term: str) -> int:
         key = term.encode("utf-8")
         off, blob = self._term_off, self._terms
         lo, hi = 0, self.n_terms

@@ -15,8 +15,9 @@ shows its passages in line order.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import Counter
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +30,10 @@ from context_window.tokens import TokenCounter
 
 NEIGHBOUR_WEIGHT = 0.5  # share of the adjacent passages' score a passage gains
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
-# A token holding a digit (numbers, ids, addresses, times) is masked in a passage's shape.
-_VARIABLE = regex.compile(r"[\w.:/@$+-]*\d[\w.:/@$+-]*")
+# A token holding a digit (a number, time, id, address or versioned name) is masked in a
+# passage's shape, so lines that differ only in those have one shape.
+_VARIABLE = re.compile(r"[\w.:/@$+-]*\d[\w.:/@$+-]*")
+_WORD = re.compile(r"[\w$]+")  # the index's raw words (the stdlib engine is faster here)
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)")
 
 Count = Callable[[str], int]
@@ -44,7 +47,8 @@ class Passage:
     last: int
     text: str
     doc: str = ""
-    terms: Counter[str] = field(default_factory=Counter)
+    maybe: bool = True  # may hold a query term (else it is only context)
+    terms: dict[str, int] = field(default_factory=dict)  # query terms held, with counts
     length: int = 0
     score: float = 0.0
     like: list[int] = field(default_factory=list)  # lines of same-shaped passages it stands for
@@ -106,7 +110,7 @@ def split_passages(chunk: Chunk, max_tokens: int, count: Count) -> list[Passage]
         if not run:
             return
         text = "\n".join(t for _, t in run)
-        if count(text) <= max_tokens:
+        if len(text) <= max_tokens or count(text) <= max_tokens:  # a char is at most a token
             out.append(Passage(run[0][0], run[-1][0], text))
         else:
             for number, line in run:
@@ -133,7 +137,7 @@ def _continues(previous: str, line: str) -> bool:
 
 def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Passage]:
     """A long line as runs of whole sentences, each within ``max_tokens`` where it can be."""
-    if count(line) <= max_tokens:
+    if len(line) <= max_tokens or count(line) <= max_tokens:
         return [Passage(number, number, line)]
     out: list[Passage] = []
     run = ""
@@ -150,150 +154,310 @@ def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Pa
 
 
 def shape(text: str) -> str:
-    """The passage with every token that holds a digit masked, lowercased, spaces collapsed."""
+    """The passage lowercased, tokens holding a digit masked, spaces collapsed."""
     return " ".join(_VARIABLE.sub("#", text.lower()).split())
 
 
-def score_passages(
-    passages: list[Passage],
-    query: Sequence[str],
-    idf: dict[str, float],
-    terms: Callable[[str], list[str]],
-) -> None:
-    """Set each passage's BM25 score for ``query`` (idf given), lengths relative to the others."""
-    wanted = set(query)
-    for p in passages:
-        found = terms(p.text)
-        p.length = len(found)
-        p.terms = Counter(t for t in found if t in wanted)
-    avg = sum(p.length for p in passages) / len(passages) if passages else 1.0
-    for p in passages:
-        norm = K1 * (1.0 - B + B * p.length / (avg or 1.0))
-        p.score = sum(idf.get(t, 0.0) * tf * (K1 + 1.0) / (tf + norm) for t, tf in p.terms.items())
+class Scorer:
+    """Scores passages for one query: BM25 over words, with the index's idf.
+
+    Each distinct raw word is analysed once (its query terms are remembered), so a
+    passage costs one regex scan and a dictionary look-up per word. Lengths are in
+    words, relative to the average of the candidate passages.
+    """
+
+    def __init__(
+        self,
+        query: Sequence[str],
+        idf: dict[str, float],
+        expand: Callable[[str], tuple[str, ...]],
+    ) -> None:
+        self.idf = idf
+        self._wanted = set(query)
+        self._expand = expand
+        self._matches: dict[str, tuple[str, ...]] = {}
+        self.average = 0.0
+
+    def count_terms(self, passages: Sequence[Passage]) -> None:
+        """Fill in each passage's length and the query terms it holds."""
+        matches, wanted = self._matches, self._wanted
+        for p in passages:
+            if not p.maybe:
+                p.length = len(p.text.split())
+                continue
+            words = _WORD.findall(p.text)
+            p.length = len(words)
+            found: dict[str, int] = {}
+            for w in words:
+                hit = matches.get(w)
+                if hit is None:
+                    hit = matches[w] = tuple(t for t in self._expand(w) if t in wanted)
+                for t in hit:
+                    found[t] = found.get(t, 0) + 1
+            p.terms = found
+
+    def score(self, passages: Sequence[Passage]) -> None:
+        """Each passage's own BM25 score (after ``count_terms``; the first call sets the mean)."""
+        if not self.average and passages:
+            self.average = max(1.0, sum(p.length for p in passages) / len(passages))
+        for p in passages:
+            if not p.terms:
+                p.score = 0.0
+                continue
+            norm = K1 * (1.0 - B + B * p.length / self.average)
+            p.score = sum(
+                self.idf.get(t, 0.0) * tf * (K1 + 1.0) / (tf + norm) for t, tf in p.terms.items()
+            )
+
+
+# A line that does not end a sentence or record, followed by one starting in lower case:
+# the chunk holds hard-wrapped prose, whose paragraphs must be read whole.
+_WRAPPED = regex.compile(r"[^.!?:;)\]}>\"'\s]\r?\n[ \t]*\p{Ll}")
+
+
+def prefilter(query: Sequence[str]) -> tuple[str, ...]:
+    """Lowercase strings one of which every word yielding a query term contains.
+
+    A Snowball stem is its word's prefix but for its last letter (retry -> retri), and
+    an identifier part is a substring of the whole, so the stem less its last letter
+    is always found; what it lets through is checked exactly afterwards.
+    """
+    return tuple(sorted({t[:-1] if len(t) > 3 else t for t in query}))
+
+
+@dataclass
+class Group:
+    """One candidate chunk's passages in line order; ``full`` when every line is there."""
+
+    hit: Hit
+    passages: list[Passage]
+    full: bool
+
+
+def candidate_passages(
+    hits: Sequence[Hit],
+    share: int,
+    count: Count,
+    scorer: Scorer,
+    seen: set[tuple[str, int]],
+    keys: tuple[str, ...],
+) -> list[Group]:
+    """Per hit, its passages near a possible match, scored; lines in ``seen`` are left out.
+
+    A chunk of records (log lines, code, lists) yields only the lines that may match
+    and the lines beside them; a chunk of wrapped prose is split whole.
+    """
+    groups: list[Group] = []
+    for hit in hits:
+        text = hit.chunk.text
+        low = text.lower()
+        if not any(k in low for k in keys):
+            groups.append(Group(hit, [], False))
+            continue
+        full = bool(_WRAPPED.search(text))
+        found = (
+            split_passages(hit.chunk, share, count)
+            if full
+            else _near(hit.chunk, share, count, low, keys)
+        )
+        fresh = [p for p in found if (hit.doc_id, p.first) not in seen]
+        for p in fresh:
+            p.doc = hit.doc_id
+            seen.add((hit.doc_id, p.first))
+        groups.append(Group(hit, fresh, full))
+    flat = [p for g in groups for p in g.passages]
+    scorer.count_terms(flat)
+    scorer.score(flat)
+    return groups
+
+
+def _near(chunk: Chunk, share: int, count: Count, low: str, keys: tuple[str, ...]) -> list[Passage]:
+    """The lines of a chunk of records that may match (``low`` is its text lowercased)."""
+    lines = chunk.text.split("\n")
+    maybe = [any(k in line for k in keys) for line in low.split("\n")]
+    base = max(chunk.line, 1)
+    out: list[Passage] = []
+    for i, line in enumerate(lines):
+        near = maybe[i] or (i > 0 and maybe[i - 1]) or (i + 1 < len(lines) and maybe[i + 1])
+        if near and line.strip():
+            for p in _sentences(base + i, line.rstrip("\r"), share, count):
+                p.maybe = maybe[i]
+                out.append(p)
+    return out
+
+
+def surroundings(group: Group, shown: Sequence[Passage]) -> list[tuple[int, int, Passage | int]]:
+    """``(distance, line, what)`` for each line of the chunk that is not shown.
+
+    ``what`` is the passage (prose groups hold them all) or, in a chunk of records, the
+    line's index in the chunk: such a line becomes a passage only if the budget
+    reaches it (see ``_materialize``).
+    """
+    firsts = sorted(p.first for p in shown)
+
+    def distance(line: int) -> int:
+        k = bisect.bisect_left(firsts, line)
+        return min(abs(line - firsts[j]) for j in (k - 1, k) if 0 <= j < len(firsts))
+
+    taken = set(firsts)
+    if group.full:
+        return [(distance(p.first), p.first, p) for p in group.passages if p.first not in taken]
+    base = max(group.hit.chunk.line, 1)
+    return [
+        (distance(base + i), base + i, i)
+        for i, line in enumerate(group.hit.chunk.text.split("\n"))
+        if base + i not in taken and line.strip()
+    ]
+
+
+def _materialize(group: Group, what: Passage | int, share: int, count: Count) -> list[Passage]:
+    """The passages of one surrounding line (see ``surroundings``)."""
+    if isinstance(what, Passage):
+        return [what]
+    base = max(group.hit.chunk.line, 1)
+    line = group.hit.chunk.text.split("\n")[what].rstrip("\r")
+    out = _sentences(base + what, line, share, count)
+    for p in out:
+        p.doc = group.hit.doc_id
+    return out
+
+
+def smooth(groups: Sequence[Group]) -> None:
+    """Each passage gains ``NEIGHBOUR_WEIGHT`` x the own scores of the passages beside it."""
+    for group in groups:
+        ps = group.passages
+        own = [p.score for p in ps]
+        for i, p in enumerate(ps):
+            near = 0.0
+            if i > 0 and (group.full or ps[i - 1].last + 1 == p.first):
+                near += own[i - 1]
+            if i + 1 < len(ps) and (group.full or p.last + 1 == ps[i + 1].first):
+                near += own[i + 1]
+            p.score = own[i] + NEIGHBOUR_WEIGHT * near
 
 
 def answer(
-    hits: Sequence[Hit],
-    query: Sequence[str],
-    idf: dict[str, float],
-    terms: Callable[[str], list[str]],
+    groups: Sequence[Group],
     counter: TokenCounter,
     *,
     limit: int,
     budget: int,
     reserve: int,
-    probes: Sequence[Hit] = (),
+    share: int,
+    probes: Sequence[Group] = (),
 ) -> Answer:
     """Fill ``budget`` (less ``reserve`` for the caller's header) with the best passages.
 
-    ``hits`` are the candidate chunks, best first; at most ``limit`` of them are shown.
-    ``probes`` are earlier chunks read only for the first occurrences of the matching
-    passages found in ``hits``: their other passages are left out.
+    ``groups`` hold the candidate chunks, best first, with their scored and smoothed
+    passages; at most ``limit`` chunks are shown. ``probes`` are earlier chunks read
+    for the first occurrences of the best matches: only their passages that hold all
+    the terms of one of the best matches are kept, ranked as that match is.
     """
     count = counter.count
-    share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
-    seen: set[tuple[str, int]] = set()  # (doc, line): chunks overlap
-    groups: list[list[Passage]] = []  # per candidate chunk, its passages in line order
-    for hit in [*hits, *probes]:
-        fresh = [
-            p for p in split_passages(hit.chunk, share, count) if (hit.doc_id, p.first) not in seen
-        ]
-        for p in fresh:
-            p.doc = hit.doc_id
-        seen.update((hit.doc_id, p.first) for p in fresh)
-        groups.append(fresh)
-    flat = [p for g in groups for p in g]
-    score_passages(flat, query, idf, terms)
-    every = [*hits, *probes]
-    ranked: list[tuple[float, int, int, Passage]] = []
-    for k, group in enumerate(groups[: len(hits)]):
-        own = [p.score for p in group]
-        for i, p in enumerate(group):
-            near = (own[i - 1] if i > 0 else 0.0) + (own[i + 1] if i + 1 < len(own) else 0.0)
-            p.score = own[i] + NEIGHBOUR_WEIGHT * near
-            if p.score > 0:
-                ranked.append((p.score, k, p.first, p))
-    # A probe passage is kept when it matches the same query terms as one of the best
-    # passages found, and ranks as that passage does: it shows where such a line first occurs.
+    every = [*groups, *probes]
+    ranked: list[tuple[float, int, int, Passage]] = [
+        (p.score, k, p.first, p) for k, g in enumerate(groups) for p in g.passages if p.score > 0
+    ]
     wanted = best_matches(ranked)
-    for k in range(len(hits), len(every)):
-        for p in groups[k]:
+    for k in range(len(groups), len(every)):
+        for p in every[k].passages:
             found = set(p.terms)
             scores = [v for (d, m), v in wanted.items() if d == p.doc and found >= m]
             if scores:
                 p.score = max(scores)
                 ranked.append((p.score, k, p.first, p))
-    ranked.sort(key=lambda r: (-r[0], r[2], r[1]))
     # Same-shaped matching passages collapse into the first one in the document.
     first_of: dict[tuple[str, str], Passage] = {}
-    by_line = sorted(ranked, key=lambda r: (every[r[1]].doc_id, r[2]))
-    standing: set[int] = set()
-    for _, k, _, p in by_line:
+    standing: set[tuple[str, int]] = set()
+    for _, _, _, p in sorted(ranked, key=lambda r: (r[3].doc, r[2])):
         if not p.terms:
             continue
-        key = (every[k].doc_id, shape(p.text))
+        key = (p.doc, shape(p.text))
         rep = first_of.get(key)
         if rep is None:
             first_of[key] = p
         else:
             rep.like.append(p.first)
             rep.score = max(rep.score, p.score)
-            standing.add(id(p))
+            standing.add((p.doc, p.first))
     # A passage that matches nothing ranks only beside a matching one that is still shown:
     # the neighbours of a line collapsed into its first occurrence do not open hits.
-    anchors = {
-        id(p)
-        for g in groups
-        for i, p in enumerate(g)
-        if not p.terms
-        and any(q.terms and id(q) not in standing for q in g[max(0, i - 1) : i + 2] if q is not p)
-    }
-    ranked = [r for r in ranked if id(r[3]) not in standing and (r[3].terms or id(r[3]) in anchors)]
+    anchors: set[tuple[str, int]] = set()
+    for g in every:
+        ps = g.passages
+        for i, p in enumerate(ps):
+            if not p.terms or (p.doc, p.first) in standing:
+                continue
+            if i > 0 and (g.full or ps[i - 1].last + 1 == p.first):
+                anchors.add((p.doc, ps[i - 1].first))
+            if i + 1 < len(ps) and (g.full or p.last + 1 == ps[i + 1].first):
+                anchors.add((p.doc, ps[i + 1].first))
+    ranked = [
+        r
+        for r in ranked
+        if (r[3].doc, r[2]) not in standing and (r[3].terms or (r[3].doc, r[2]) in anchors)
+    ]
     ranked.sort(key=lambda r: (-r[3].score, r[2], r[1]))
     room = budget - reserve
     used = omitted = 0
     chosen: dict[int, list[Passage]] = {}
+    least = counter.ratio  # an estimate is never below characters x ratio
     for _, k, _, p in ranked:
+        if used + least * len(p.text) > room:  # cannot fit: skip the exact count
+            omitted += 1
+            continue
         cost = count(p.render()) + 1
         if k not in chosen:
             if len(chosen) >= limit:
                 omitted += 1
                 continue
-            cost += count(_header_of(every[k], [p]).header()) + 2
+            cost += count(_header_of(every[k].hit, [p]).header()) + 2
         if used + cost > room:
             omitted += 1
             continue
         chosen.setdefault(k, []).append(p)
         used += cost
     # What is left of the budget goes to the shown passages' surroundings, nearest first.
-    context = [
-        (min(abs(p.first - q.first) for q in chosen[k]), p.first, k, p)
-        for k in chosen
-        for p in groups[k]
-        if id(p) not in standing and all(p is not q for q in chosen[k])
-    ]
-    for _, _, k, p in sorted(context, key=lambda c: (c[0], c[1])):
-        cost = count(p.render()) + 1
-        if used + cost <= room:
-            chosen[k].append(p)
-            used += cost
+    around = sorted(
+        (
+            (d, line, k, what)
+            for k, ps in chosen.items()
+            for d, line, what in surroundings(every[k], ps)
+            if (every[k].hit.doc_id, line) not in standing
+        ),
+        key=lambda a: a[:3],
+    )
+    shown = {(p.doc, p.first) for ps in chosen.values() for p in ps}  # chunks overlap
+    for _, line, k, what in around:
+        if room - used < 2:
+            break
+        if (every[k].hit.doc_id, line) in shown:
+            continue
+        shown.add((every[k].hit.doc_id, line))
+        for p in _materialize(every[k], what, share, count):
+            if used + least * len(p.text) > room:
+                continue
+            cost = count(p.render()) + 1
+            if used + cost <= room:
+                chosen[k].append(p)
+                used += cost
     short = False
     if not chosen and ranked:  # even the best passage is over budget: cut it to fit
         _, k, _, p = ranked[0]
-        head = count(_header_of(every[k], [p]).header()) + 2
+        head = count(_header_of(every[k].hit, [p]).header()) + 2
         if room - head < 8:  # a budget this small has no room for the heading trail
             short = True
-            head = count(_header_of(every[k], [p]).header(short=True)) + 2
+            head = count(_header_of(every[k].hit, [p]).header(short=True)) + 2
         p.text = counter.truncate(p.text, max(1, room - head - 4))
         p.like = []
         chosen[k] = [p]
         used = head + count(p.render()) + 1
         omitted = len(ranked) - 1
     out = [
-        _header_of(every[k], sorted(ps, key=lambda p: p.first))
+        _header_of(every[k].hit, sorted(ps, key=lambda p: p.first))
         for k, ps in sorted(chosen.items(), key=lambda kv: -max(p.score for p in kv[1]))
     ]
-    return Answer(tuple(out), len(hits), omitted, used + reserve, budget, short)
+    return Answer(tuple(out), len(groups), omitted, used + reserve, budget, short)
 
 
 def best_matches(ranked: Sequence[tuple[float, int, int, Passage]]) -> dict[Any, float]:

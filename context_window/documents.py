@@ -28,7 +28,16 @@ from context_window.docfresh import INLINE_SOURCE, SourceState, source_state
 from context_window.docindex import OldIndex, score_all
 from context_window.docingest import BuildSpec, Progress, build, encode_text, no_progress, sha256_of
 from context_window.docreingest import carry_cursors, chunk_settings, compare
-from context_window.docsearch import Answer, best_matches, idf_of
+from context_window.docsearch import (
+    Answer,
+    Group,
+    Scorer,
+    best_matches,
+    candidate_passages,
+    idf_of,
+    prefilter,
+    smooth,
+)
 from context_window.docsearch import answer as answer_passages
 from context_window.doctables import DocInfo, Ingested, Kept, Tables, Window
 from context_window.errors import InvalidInput, NotFound, StorageError
@@ -50,7 +59,7 @@ MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 MAX_TITLE_CHARS = 200
 STALE_SECONDS = 3600.0
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
-CANDIDATE_CHUNKS = 16  # chunks read to find the best passages (at least twice the hit limit)
+CANDIDATE_CHUNKS = 8  # chunks read to find the best passages (at least the hit limit)
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 log = logging.getLogger("context_window")
 
@@ -359,47 +368,45 @@ class DocumentStore:
         terms = self._analyzer.terms(query or "")
         if not terms:
             return None
-        hits = self.search(query, doc_id, limit=max(CANDIDATE_CHUNKS, 2 * limit))
+        hits = self.search(query, doc_id, limit=max(CANDIDATE_CHUNKS, limit))
         tables = {d: self.tables(self.get(d)) for d in sorted({h.doc_id for h in hits})}
         n_chunks = sum(t.index.n_chunks for t in tables.values())
         idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
-
-        def run(probes: list[Hit]) -> Answer:
-            return answer_passages(
-                hits,
-                terms,
-                idf,
-                self._analyzer.terms,
-                self.counter,
-                limit=limit,
-                budget=budget,
-                reserve=reserve,
-                probes=probes,
-            )
-
-        found = run([])
+        scorer = Scorer(terms, idf, self._analyzer.expand)
+        keys = prefilter(terms)
+        share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
+        seen: set[tuple[str, int]] = set()
+        count = self.counter.count
+        groups = candidate_passages(hits, share, count, scorer, seen, keys)
+        smooth(groups)
         # Where does each of the best lines' kind of match first occur? Read the earliest
-        # chunks holding all its matched terms (a bounded number) until a line matches them.
+        # chunks holding all its matched terms (a bounded number) until a line holds them.
         have = {(h.doc_id, h.chunk.index) for h in hits}
-        titles = {h.doc_id: h.title for h in hits}
-        extra: list[Hit] = []
+        ranked = [(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
+        probes: list[Group] = []
         reads = 0
-        shown = [(p.score, h.chunk, 0, p) for h in found.hits for p in h.passages]
-        for (doc, matched), _ in best_matches(shown).items():
-            first = min(p.first for _, _, _, p in shown if p.doc == doc and set(p.terms) >= matched)
-            index, title = tables[doc].index, titles[doc]
+        for (doc, matched), _ in best_matches(ranked).items():
+            first = min(p.first for *_, p in ranked if p.doc == doc and set(p.terms) >= matched)
+            index, title = tables[doc].index, next(h.title for h in hits if h.doc_id == doc)
             for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
                 if (doc, i) in have or reads >= PROBES:
                     break
+                have.add((doc, i))
                 reads += 1
-                chunk = tables[doc].read(i, i)[0]
-                if any(
-                    set(self._analyzer.terms(line)) >= matched for line in chunk.text.split("\n")
-                ):
-                    have.add((doc, i))
-                    extra.append(Hit(doc, title, chunk, 0.0))
+                hit = Hit(doc, title, tables[doc].read(i, i)[0], 0.0)
+                group = candidate_passages([hit], share, count, scorer, seen, keys)[0]
+                if any(set(p.terms) >= matched for p in group.passages):
+                    probes.append(group)
                     break
-        return run(extra) if extra else found
+        return answer_passages(
+            groups,
+            self.counter,
+            limit=limit,
+            budget=budget,
+            reserve=reserve,
+            share=share,
+            probes=probes,
+        )
 
     def window(
         self,

@@ -105,7 +105,7 @@ GUIDE_SESSIONS = """Sessions (working memory for a long task):
 2. context_append(text, role=note|decision|...) after each step: findings, decisions, dead ends.
    pinned=true for facts that must never be lost (goals, constraints); ttl_days=N for notes
    that stop mattering (they leave recall after N days unless pinned).
-3. context_recall(query="...") before acting, to get back what is relevant within a budget.
+3. context_recall(query="...") before acting: the most relevant entries first, within a budget.
 4. When an answer says "over budget", call context_compact: older entries become one summary,
    and paths, numbers and names the summary dropped are appended to it. Originals stay
    recoverable: context_recall(include_superseded=true) shows them, and
@@ -114,9 +114,11 @@ GUIDE_SESSIONS = """Sessions (working memory for a long task):
 """
 GUIDE_DOCS = """Documents (too large to read at once):
 1. doc_ingest(file_path=... or text=...) once.
-2. doc_outline to see the structure; doc_search(query) to find passages.
-3. doc_window(doc_id) to page through in order (the cursor is kept; call again to continue;
-   session_id=your context_open id keeps your own cursor).
+2. doc_outline to see the structure; doc_search(query) shows the best matching lines,
+   numbered, with repeated lines collapsed ("+N like it: lines ...").
+3. doc_window(doc_id, line=N) reads around a line a search showed; doc_window(doc_id) pages
+   through in order (the cursor is kept; call again to continue; session_id=your
+   context_open id keeps your own cursor).
 4. doc_summarize for a range or the whole; doc_forget when done.
 """
 

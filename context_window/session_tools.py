@@ -282,7 +282,8 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     ) -> CallToolResult:
         session = service.session(session_id)
         want = budget_tokens or budget
-        reserve, terse = recall_reserve(session.stats().total, want, service.counter.count)
+        # One digit to spare: entries appended meanwhile by another process may be counted.
+        reserve, terse = recall_reserve(10 * session.size(), want, service.counter.count)
         rec = session.recall(
             query,
             want,

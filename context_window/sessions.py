@@ -60,7 +60,8 @@ def smooth_neighbours(
     idx = np.flatnonzero(among)
     if len(idx) == 0:
         return out
-    idx = idx[np.argsort(times[idx], kind="stable")]
+    if np.any(np.diff(times[idx]) < 0):  # positions are in time order until a compaction
+        idx = idx[np.argsort(times[idx], kind="stable")]
     own = scores[idx]
     near = np.zeros_like(own)
     near[1:] += own[:-1]
@@ -392,7 +393,7 @@ class Session:
         if limit is not None:
             ranked = ranked[:limit]
         chosen, packed = self._pack(ranked, budget, label, reserve, now)
-        entries = tuple(self._entry(self._state.order[i], now) for i in chosen)
+        entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
         return Recall(entries, candidates, packed, score_map, candidates - len(ranked), searchable)
 
@@ -403,27 +404,42 @@ class Session:
         label: Callable[[Entry], str] | None,
         reserve: int,
         now: float,
-    ) -> tuple[list[int], Packed]:
-        """Greedy in rank order: each entry costs its text, its label and a separator line."""
+    ) -> tuple[dict[int, Entry], Packed]:
+        """Greedy in rank order: each entry costs its text, its label and a separator line.
+
+        Returns the chosen entries by position, in rank order.
+        """
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
         room = budget - reserve
         # Lower bounds of what is left, so the walk stops once nothing further can fit.
         floor = np.minimum.accumulate(costs[::-1])[::-1] if len(costs) else costs
-        chosen: list[int] = []
+        chosen: dict[int, Entry] = {}
         used = omitted = 0
+        # The cheapest label so far stands in for the next one's until that entry is built:
+        # labels differ little (tags, flags), so this can only leave a few tokens unused.
+        least_label = 0
         for k, pos in enumerate(ranked.tolist()):
-            if room - used < floor[k]:
+            if room - used < floor[k] + least_label:
                 omitted += len(ranked) - k
                 break
             cost = int(costs[k])
-            if used + cost <= room and label is not None:
-                cost += self.counter.count(label(self._entry(self._state.order[pos], now)))
-            if used + cost <= room:
-                chosen.append(pos)
+            entry = None
+            if used + cost + least_label <= room:
+                entry = self._entry(self._state.order[pos], now)
+                if label is not None:
+                    head = self.counter.count(label(entry))
+                    least_label = head if not chosen else min(least_label, head)
+                    cost += head
+            if entry is not None and used + cost <= room:
+                chosen[pos] = entry
                 used += cost
             else:
                 omitted += 1
         return chosen, Packed(tuple(chosen), used + reserve, omitted, budget)
+
+    def size(self) -> int:
+        """How many entries the log holds, in any state (as of the last refresh)."""
+        return len(self._state.order)
 
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""

@@ -1,0 +1,85 @@
+"""A data dir written by release 0.1.0 opens, and is re-indexed on first use, losing nothing.
+
+``tests/data/datadir-0.1.0`` was written by 0.1.0 itself (index format 1: unstemmed
+terms, no line numbers): a session with a pinned entry and tags, and a document whose
+shared cursor had moved to chunk 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SettingsFactory, client
+
+from context_window.docindex import INDEX_VERSION
+
+FIXTURE = Path(__file__).parent / "data" / "datadir-0.1.0"
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def old_data(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURE, data)
+    return data
+
+
+def text(result: object) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)  # type: ignore[attr-defined]
+
+
+async def test_an_old_document_is_reindexed_on_first_use(
+    old_data: Path, settings: SettingsFactory
+) -> None:
+    doc = old_data / "documents" / "ops-guide"
+    before_meta = json.loads((doc / "meta.json").read_text())
+    before_source = (doc / "source.txt").read_bytes()
+    before_chunks = [json.loads(x) for x in (doc / "chunks.jsonl").read_text().splitlines()]
+    assert json.loads((doc / "index" / "stats.json").read_text())["version"] == 1
+    async with client(settings()) as c:
+        res = await c.call_tool(
+            "doc_search", {"query": "restarting workers", "doc_id": "ops-guide"}
+        )
+        assert not res.is_error, text(res)
+        assert "restarts the worker pool" in text(res)  # stemmed: restarting ~ restarts
+        listed = await c.call_tool("doc_list", {})
+        assert "ops-guide" in text(listed)
+        window = await c.call_tool("doc_window", {"doc_id": "ops-guide", "budget_tokens": 200})
+        assert not window.is_error
+        assert window.structured_content["chunks"][0]["index"] == 2  # the old cursor
+        at_line = await c.call_tool("doc_window", {"doc_id": "ops-guide", "line": 40})
+        assert "worker-" in text(at_line)
+    assert json.loads((doc / "index" / "stats.json").read_text())["version"] == INDEX_VERSION
+    after_meta = json.loads((doc / "meta.json").read_text())
+    for key in ("id", "title", "sha256", "chars", "chunks", "created_at", "ratio"):
+        assert after_meta[key] == before_meta[key], key
+    assert (doc / "source.txt").read_bytes() == before_source
+    after_chunks = [json.loads(x) for x in (doc / "chunks.jsonl").read_text().splitlines()]
+    assert [(c["start"], c["end"], c["text"]) for c in after_chunks] == [
+        (c["start"], c["end"], c["text"]) for c in before_chunks
+    ]
+    source = before_source.decode()
+    assert all(c["line"] == source.count("\n", 0, c["start"]) + 1 for c in after_chunks)
+    assert not [p.name for p in (old_data / "documents").iterdir() if p.name.startswith(".")]
+
+
+async def test_an_old_session_recalls_with_the_new_ranking(
+    old_data: Path, settings: SettingsFactory
+) -> None:
+    async with client(settings()) as c:
+        opened = await c.call_tool("context_open", {"session_id": "release-010"})
+        assert "5 live of 5 entries, 1 pinned" in text(opened)
+        res = await c.call_tool(
+            "context_recall", {"session_id": "release-010", "query": "retry webhook"}
+        )
+        entries = res.structured_content["entries"]
+        assert entries[0]["pinned"]  # pinned first, whatever the query
+        texts = [e["text"] for e in entries[1:3]]
+        assert "Retries use exponential backoff capped at 5 minutes." in texts  # stemmed
+        assert "User asked about retry policies for failed webhooks." in texts
+        tagged = await c.call_tool("context_recall", {"session_id": "release-010", "tags": ["db"]})
+        assert [e["text"][:7] for e in tagged.structured_content["entries"]] == ["Decided"]
