@@ -308,3 +308,8 @@ async def test_every_budgeted_document_answer_fits_its_budget(tmp_path: Path, bu
             text, data = await ok(c, "doc_window", budget_tokens=budget, **args)
             assert count(text) <= budget, (args, text)
             assert data["used_tokens"] <= budget
+    if budget >= 100:  # doc_outline takes the server's --budget
+        async with serve(tmp_path, budget=budget) as c:
+            for doc in ("build", "guide"):
+                text, _ = await ok(c, "doc_outline", doc_id=doc)
+                assert count(text) <= budget, text
