@@ -418,23 +418,31 @@ class Session:
         # The cheapest label so far stands in for the next one's until that entry is built:
         # labels differ little (tags, flags), so this can only leave a few tokens unused.
         least_label = 0
-        for k, pos in enumerate(ranked.tolist()):
-            if room - used < floor[k] + least_label:
-                omitted += len(ranked) - k
+        order = ranked.tolist()
+        k, n = 0, len(order)
+        while k < n:
+            left = room - used - least_label
+            if left < floor[k]:  # nothing further down can fit
+                omitted += n - k
                 break
+            if costs[k] > left:  # jump to the next entry that could still fit
+                step = int(np.argmax(costs[k:] <= left))
+                omitted += step
+                k += step
+                continue
+            pos = order[k]
+            entry = self._entry(self._state.order[pos], now)
             cost = int(costs[k])
-            entry = None
-            if used + cost + least_label <= room:
-                entry = self._entry(self._state.order[pos], now)
-                if label is not None:
-                    head = self.counter.count(label(entry))
-                    least_label = head if not chosen else min(least_label, head)
-                    cost += head
-            if entry is not None and used + cost <= room:
+            if label is not None:
+                head = self.counter.count(label(entry))
+                least_label = head if not chosen else min(least_label, head)
+                cost += head
+            if used + cost <= room:
                 chosen[pos] = entry
                 used += cost
             else:
                 omitted += 1
+            k += 1
         return chosen, Packed(tuple(chosen), used + reserve, omitted, budget)
 
     def size(self) -> int:
