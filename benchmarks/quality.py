@@ -13,7 +13,10 @@ its own code first on ``PYTHONPATH``. The figures:
   ``context_recall(query, budget_tokens=1000)``, and recall@5/10 over the order
   the entries come back in;
 - tokens used per answer, and (unless ``--quick``) the p50 of ``context_recall`` at
-  10k entries and of ``doc_search`` on a 100 MB log, both through the MCP client.
+  10k entries and of ``doc_search`` on a 100 MB log, both through the MCP client:
+  each version keeps its own data dir, and the versions alternate over
+  ``LATENCY_ROUNDS`` rounds of ``LATENCY_QUERIES`` queries each; the figure is the
+  median of the rounds' p50s (one run's p50 swings by 2x on a busy 2-core machine).
 
 Every answer is cut at 4 characters per token of its budget before it is checked.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +42,8 @@ BASELINE = "2e15702"  # 0.1.0, the release this is measured against
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "quality.json"
 LATENCY_ENTRIES = 10_000
 LATENCY_LOG_MB = 100
+LATENCY_QUERIES = 100
+LATENCY_ROUNDS = 5  # before and after alternate, round by round: the machine's drift hits both
 
 ROWS = [
     ("loghub first line shown (limit 3, 1500 tokens)", ("loghub", "hit_rate")),
@@ -59,13 +65,15 @@ def _log(message: str) -> None:
     sys.stderr.flush()
 
 
-def _evaluate(code: Path, quick: bool, latency: Path | None) -> dict[str, Any]:
-    """Run the checks with ``code`` first on the path; return its JSON."""
+def _evaluate(
+    code: Path, quick: bool, latency: Path | None = None, data: Path | None = None
+) -> dict[str, Any]:
+    """Run the checks (or, with ``data``, only the latency) with ``code`` first on the path."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "qualityeval.py"), "--shared", str(SHARED)]
     if quick:
         cmd.append("--quick")
-    if latency is not None:
-        cmd += ["--latency", str(latency)]
+    if latency is not None and data is not None:
+        cmd += ["--latency", str(latency), "--latency-data", str(data), "--latency-only"]
     env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=code)
     if proc.returncode != 0:
@@ -76,6 +84,22 @@ def _evaluate(code: Path, quick: bool, latency: Path | None) -> dict[str, Any]:
 def evaluate_here(quick: bool) -> dict[str, Any]:
     """The checks on this working tree only (for the full benchmark run)."""
     return _evaluate(ROOT, quick, None)
+
+
+def _latency(versions: list[tuple[str, Path, dict[str, Any]]], spec: Path, work: Path) -> None:
+    """Median over rounds of each version's p50s, the versions alternating within a round."""
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in versions}
+    for r in range(LATENCY_ROUNDS):
+        for name, code, _ in versions:
+            _log(f"latency round {r + 1}/{LATENCY_ROUNDS}: {name}")
+            rounds[name].append(_evaluate(code, False, spec, work / f"latency-{name}")["latency"])
+    for name, _, result in versions:
+        runs = rounds[name]
+        merged = dict(runs[0])
+        for key in ("recall_p50_ms", "search_p50_ms"):
+            merged[key] = statistics.median(run[key] for run in runs)
+            merged[key.replace("p50", "p50_rounds")] = [run[key] for run in runs]
+        result["latency"] = merged
 
 
 def _worktree(ref: str, where: Path) -> Path | None:
@@ -95,8 +119,8 @@ def _worktree(ref: str, where: Path) -> Path | None:
 def _latency_spec(work: Path) -> Path:
     spec = {
         "entries": corpus.session_texts(LATENCY_ENTRIES, seed=LATENCY_ENTRIES),
-        "session_queries": corpus.session_queries(43, seed=LATENCY_ENTRIES),
-        "doc_queries": corpus.doc_queries(43),
+        "session_queries": corpus.session_queries(LATENCY_QUERIES + 3, seed=LATENCY_ENTRIES),
+        "doc_queries": corpus.doc_queries(LATENCY_QUERIES + 3),
         "log": str(corpus.big_log(LATENCY_LOG_MB)),
     }
     path = work / "latency.json"
@@ -146,9 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if base is not None:
                 _log(f"before: {ns.baseline}")
-                before = _evaluate(base, ns.quick, spec)
+                before = _evaluate(base, ns.quick)
             _log("after: this working tree")
-            after = _evaluate(ROOT, ns.quick, spec)
+            after = _evaluate(ROOT, ns.quick)
+            if spec is not None:
+                versions = [("after", ROOT, after)]
+                if base is not None and before is not None:
+                    versions.insert(0, ("before", base, before))
+                _latency(versions, spec, work)
         finally:
             if base is not None:
                 subprocess.run(

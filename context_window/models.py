@@ -106,6 +106,7 @@ class Recall:
     scores: dict[str, float]
     beyond_limit: int = 0
     searchable: bool = True
+    labels: dict[str, str] = field(default_factory=dict)  # each entry's label line, as packed
 
 
 @dataclass(frozen=True)

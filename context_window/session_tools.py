@@ -173,7 +173,7 @@ def render_recall(rec: Recall, terse: bool = False) -> str:
     )
     if not rec.entries:
         return header if terse else f"{header}\n{NOTHING_MATCHED}"
-    body = [f"{recall_label(e)}\n{e.text}" for e in rec.entries]
+    body = [f"{rec.labels.get(e.id) or recall_label(e)}\n{e.text}" for e in rec.entries]
     return "\n\n".join([header, *body])
 
 

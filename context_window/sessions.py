@@ -392,10 +392,12 @@ class Session:
         candidates = len(ranked)
         if limit is not None:
             ranked = ranked[:limit]
-        chosen, packed = self._pack(ranked, budget, label, reserve, now)
+        chosen, packed, labels = self._pack(ranked, budget, label, reserve, now)
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
-        return Recall(entries, candidates, packed, score_map, candidates - len(ranked), searchable)
+        return Recall(
+            entries, candidates, packed, score_map, candidates - len(ranked), searchable, labels
+        )
 
     def _pack(
         self,
@@ -404,16 +406,17 @@ class Session:
         label: Callable[[Entry], str] | None,
         reserve: int,
         now: float,
-    ) -> tuple[dict[int, Entry], Packed]:
+    ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
         """Greedy in rank order: each entry costs its text, its label and a separator line.
 
-        Returns the chosen entries by position, in rank order.
+        Returns the chosen entries by position, in rank order, and their labels by id.
         """
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
         room = budget - reserve
         # Lower bounds of what is left, so the walk stops once nothing further can fit.
         floor = np.minimum.accumulate(costs[::-1])[::-1] if len(costs) else costs
         chosen: dict[int, Entry] = {}
+        labels: dict[str, str] = {}
         used = omitted = 0
         # The cheapest label so far stands in for the next one's until that entry is built:
         # labels differ little (tags, flags), so this can only leave a few tokens unused.
@@ -433,17 +436,20 @@ class Session:
             pos = order[k]
             entry = self._entry(self._state.order[pos], now)
             cost = int(costs[k])
+            text = ""
             if label is not None:
-                head = self.counter.count(label(entry))
+                text = label(entry)
+                head = self.counter.count(text)
                 least_label = head if not chosen else min(least_label, head)
                 cost += head
             if used + cost <= room:
                 chosen[pos] = entry
+                labels[entry.id] = text
                 used += cost
             else:
                 omitted += 1
             k += 1
-        return chosen, Packed(tuple(chosen), used + reserve, omitted, budget)
+        return chosen, Packed(tuple(chosen), used + reserve, omitted, budget), labels
 
     def size(self) -> int:
         """How many entries the log holds, in any state (as of the last refresh)."""
