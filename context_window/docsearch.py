@@ -25,6 +25,7 @@ from typing import Any
 import regex
 
 from context_window.models import Chunk, Hit
+from context_window.packing import pack
 from context_window.textindex import K1, B
 from context_window.tokens import TokenCounter
 
@@ -287,8 +288,10 @@ def _near(chunk: Chunk, share: int, count: Count, low: str, keys: tuple[str, ...
     return out
 
 
-def surroundings(group: Group, shown: Sequence[Passage]) -> list[tuple[int, int, Passage | int]]:
-    """``(distance, line, what)`` for each line of the chunk that is not shown.
+def surroundings(
+    group: Group, shown: Sequence[Passage]
+) -> list[tuple[int, int, Passage | int, int]]:
+    """``(distance, line, what, characters)`` for each line of the chunk that is not shown.
 
     ``what`` is the passage (prose groups hold them all) or, in a chunk of records, the
     line's index in the chunk: such a line becomes a passage only if the budget
@@ -302,10 +305,14 @@ def surroundings(group: Group, shown: Sequence[Passage]) -> list[tuple[int, int,
 
     taken = set(firsts)
     if group.full:
-        return [(distance(p.first), p.first, p) for p in group.passages if p.first not in taken]
+        return [
+            (distance(p.first), p.first, p, len(p.text))
+            for p in group.passages
+            if p.first not in taken
+        ]
     base = max(group.hit.chunk.line, 1)
     return [
-        (distance(base + i), base + i, i)
+        (distance(base + i), base + i, i, len(line))
         for i, line in enumerate(group.hit.chunk.text.split("\n"))
         if base + i not in taken and line.strip()
     ]
@@ -400,48 +407,52 @@ def answer(
     ]
     ranked.sort(key=lambda r: (-r[3].score, r[2], r[1]))
     room = budget - reserve
-    used = omitted = 0
     chosen: dict[int, list[Passage]] = {}
-    least = counter.ratio  # an estimate is never below characters x ratio
-    for _, k, _, p in ranked:
-        if used + least * len(p.text) > room:  # cannot fit: skip the exact count
-            omitted += 1
-            continue
+    ratio = counter.ratio  # an estimate is never below characters x ratio: a lower bound
+
+    def measure(i: int) -> int | None:
+        _, k, _, p = ranked[i]
         cost = count(p.render()) + 1
         if k not in chosen:
             if len(chosen) >= limit:
-                omitted += 1
-                continue
+                return None
             cost += count(_header_of(every[k].hit, [p]).header()) + 2
-        if used + cost > room:
-            omitted += 1
-            continue
+        return cost
+
+    def take(i: int) -> None:
+        _, k, _, p = ranked[i]
         chosen.setdefault(k, []).append(p)
-        used += cost
+
+    bounds = [int(ratio * len(r[3].text)) for r in ranked]
+    main = pack(bounds, room, exact=measure, taken=take)
+    used, omitted = main.used_tokens, main.omitted
     # What is left of the budget goes to the shown passages' surroundings, nearest first.
-    around = sorted(
-        (
-            (d, line, k, what)
-            for k, ps in chosen.items()
-            for d, line, what in surroundings(every[k], ps)
-            if (every[k].hit.doc_id, line) not in standing
-        ),
-        key=lambda a: a[:3],
-    )
     shown = {(p.doc, p.first) for ps in chosen.values() for p in ps}  # chunks overlap
-    for _, line, k, what in around:
-        if room - used < 2:
-            break
-        if (every[k].hit.doc_id, line) in shown:
-            continue
-        shown.add((every[k].hit.doc_id, line))
-        for p in _materialize(every[k], what, share, count):
-            if used + least * len(p.text) > room:
-                continue
-            cost = count(p.render()) + 1
-            if used + cost <= room:
-                chosen[k].append(p)
-                used += cost
+    candidates = [
+        (d, at, g, what, size)
+        for g, ps in chosen.items()
+        for d, at, what, size in surroundings(every[g], ps)
+    ]
+    around: list[tuple[int, int, int, Passage | int, int]] = []
+    for item in sorted(candidates, key=lambda a: a[:3]):
+        spot = (every[item[2]].hit.doc_id, item[1])
+        if spot not in standing and spot not in shown:
+            shown.add(spot)
+            around.append(item)
+    made: dict[int, list[Passage]] = {}
+
+    def measure_around(i: int) -> int:
+        _, _, k, what, _ = around[i]
+        made[i] = _materialize(every[k], what, share, count)
+        return sum(count(p.render()) + 1 for p in made[i])
+
+    def take_around(i: int) -> None:
+        chosen[around[i][2]].extend(made[i])
+
+    extra = pack(
+        [int(ratio * a[4]) for a in around], room - used, exact=measure_around, taken=take_around
+    )
+    used += extra.used_tokens
     short = False
     if not chosen and ranked:  # even the best passage is over budget: cut it to fit
         _, k, _, p = ranked[0]

@@ -11,18 +11,7 @@ from context_window.docreingest import describe
 from context_window.docsearch import LineHit
 from context_window.docsummary import DocSummary
 from context_window.doctables import DocInfo, Ingested, Kept, Window
-from context_window.models import Chunk, Hit
-
-
-def excerpt(text: str, query: str, before: int = 2) -> str:
-    """``text`` from a little before its first line that holds a word of ``query``."""
-    words = [w for w in query.lower().split() if len(w) > 1]
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        low = line.lower()
-        if any(w in low for w in words):
-            return "\n".join(lines[max(0, i - before) :])
-    return text
+from context_window.models import Chunk
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
@@ -170,13 +159,6 @@ def hit_data(hit: LineHit) -> dict[str, Any]:
             for p in hit.passages
         ],
     }
-
-
-def hit_header(hit: Hit, with_id: bool = False) -> str:
-    """``--- title [i] heading · score ---`` (the doc id after the title when asked)."""
-    heading = f" {hit.chunk.heading}" if hit.chunk.heading else ""
-    title = f"{hit.title} ({hit.doc_id})" if with_id else hit.title
-    return f"--- {title} [{hit.chunk.index}]{heading} · {hit.score:.2f} ---"
 
 
 def window_label(c: Chunk) -> str:

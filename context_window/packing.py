@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -11,35 +10,50 @@ import numpy.typing as npt
 from context_window.models import Packed
 
 
-def pack(costs: Sequence[int], budget: int, *, at_least_one: bool = False) -> Packed:
+def pack(
+    costs: Sequence[int] | npt.NDArray[np.int64],
+    budget: int,
+    *,
+    at_least_one: bool = False,
+    exact: Callable[[int], int | None] | None = None,
+    taken: Callable[[int], None] | None = None,
+) -> Packed:
     """Choose items (by position in ``costs``, which is rank order) whose costs sum within budget.
 
     An item that does not fit is skipped and counted, and smaller ones after it
     still get their chance. With ``at_least_one``, the first item is taken even
     if it alone exceeds the budget (the caller truncates it).
+
+    When measuring an item is dear, ``costs`` may hold lower bounds: ``exact(i)``
+    then gives item i's true cost (None: it cannot be taken), and is only asked
+    while the bound still fits. Items whose bound no longer fits are passed over in
+    one step, and the walk stops once no bound further down fits. ``taken(i)`` is
+    told of each item chosen, in order, before the next is measured.
     """
+    bounds = np.asarray(costs, dtype=np.int64)
+    n = len(bounds)
+    floor = np.minimum.accumulate(bounds[::-1])[::-1] if n else bounds
     chosen: list[int] = []
-    used = 0
-    omitted = 0
-    for i, cost in enumerate(costs):
-        if used + cost <= budget or (at_least_one and not chosen and i == 0):
-            chosen.append(i)
+    used = omitted = 0
+    k = 0
+    while k < n:
+        left = budget - used
+        first = at_least_one and k == 0
+        if not first and left < floor[k]:  # nothing further down can fit
+            omitted += n - k
+            break
+        if not first and bounds[k] > left:  # pass over to the next that could still fit
+            step = int(np.argmax(bounds[k:] <= left))
+            omitted += step
+            k += step
+            continue
+        cost = int(bounds[k]) if exact is None else exact(k)
+        if cost is not None and (first or used + cost <= budget):
+            chosen.append(k)
             used += cost
+            if taken is not None:
+                taken(k)
         else:
             omitted += 1
+        k += 1
     return Packed(items=tuple(chosen), used_tokens=used, omitted=omitted, budget=budget)
-
-
-def pack_ranked(costs: npt.NDArray[np.int64], budget: int) -> Packed:
-    """``pack`` over ``costs``, stopping once nothing further down the ranking could still fit."""
-    n = len(costs)
-    if n == 0:
-        return pack([], budget)
-    suffix_min = np.minimum.accumulate(costs[::-1])[::-1]
-    size = 256
-    while True:
-        size = min(size, n)
-        packed = pack(costs[:size].tolist(), budget)
-        if size == n or budget - packed.used_tokens < suffix_min[size]:
-            return replace(packed, omitted=packed.omitted + n - size)
-        size *= 4

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from context_window.models import (
     Recall,
     SessionStats,
 )
+from context_window.packing import pack
 from context_window.sessionstate import SessionState
 from context_window.storage import Journal, new_id
 from context_window.textindex import Analyzer
@@ -410,46 +412,23 @@ class Session:
         """Greedy in rank order: each entry costs its text, its label and a separator line.
 
         Returns the chosen entries by position, in rank order, and their labels by id.
+        An entry is built (and its label measured) only while its text still fits.
         """
-        costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
-        room = budget - reserve
-        # Lower bounds of what is left, so the walk stops once nothing further can fit.
-        floor = np.minimum.accumulate(costs[::-1])[::-1] if len(costs) else costs
-        chosen: dict[int, Entry] = {}
-        labels: dict[str, str] = {}
-        used = omitted = 0
-        # The cheapest label so far stands in for the next one's until that entry is built:
-        # labels differ little (tags, flags), so this can only leave a few tokens unused.
-        least_label = 0
         order = ranked.tolist()
-        k, n = 0, len(order)
-        while k < n:
-            left = room - used - least_label
-            if left < floor[k]:  # nothing further down can fit
-                omitted += n - k
-                break
-            if costs[k] > left:  # jump to the next entry that could still fit
-                step = int(np.argmax(costs[k:] <= left))
-                omitted += step
-                k += step
-                continue
-            pos = order[k]
-            entry = self._entry(self._state.order[pos], now)
-            cost = int(costs[k])
-            text = ""
-            if label is not None:
-                text = label(entry)
-                head = self.counter.count(text)
-                least_label = head if not chosen else min(least_label, head)
-                cost += head
-            if used + cost <= room:
-                chosen[pos] = entry
-                labels[entry.id] = text
-                used += cost
-            else:
-                omitted += 1
-            k += 1
-        return chosen, Packed(tuple(chosen), used + reserve, omitted, budget), labels
+        built: dict[int, tuple[Entry, str]] = {}
+
+        def measure(k: int) -> int:
+            entry = self._entry(self._state.order[order[k]], now)
+            text = label(entry) if label is not None else ""
+            built[k] = (entry, text)
+            return int(costs[k]) + (self.counter.count(text) if text else 0)
+
+        costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
+        packed = pack(costs, budget - reserve, exact=measure)
+        chosen = {order[k]: built[k][0] for k in packed.items}
+        labels = {built[k][0].id: built[k][1] for k in packed.items}
+        used = packed.used_tokens + reserve
+        return chosen, replace(packed, used_tokens=used, budget=budget), labels
 
     def size(self) -> int:
         """How many entries the log holds, in any state (as of the last refresh)."""

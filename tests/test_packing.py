@@ -56,3 +56,38 @@ def test_never_exceeds_budget_and_accounts_for_every_item(costs: list[int], budg
             used += cost
         else:
             assert used + cost > budget
+
+
+def test_exact_costs_are_asked_only_while_the_bound_still_fits() -> None:
+    asked: list[int] = []
+    taken: list[int] = []
+    true = [30, 40, 500, 50, 5]
+
+    def exact(i: int) -> int:
+        asked.append(i)
+        return true[i]
+
+    # Bounds below the true costs: item 1 fits by its bound but not by its true cost.
+    p = pack([20, 20, 400, 45, 5], 60, exact=exact, taken=taken.append)
+    assert p.items == (0, 4) and p.used_tokens == 35 and p.omitted == 3
+    assert asked == [0, 1, 4]  # 2 and 3 were passed over on their bounds alone
+    assert taken == [0, 4]
+
+
+def test_exact_none_means_the_item_cannot_be_taken() -> None:
+    p = pack([10, 10, 10], 100, exact=lambda i: None if i == 1 else 10)
+    assert p.items == (0, 2) and p.omitted == 1
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 100)), max_size=50),
+    st.integers(0, 800),
+)
+def test_lazy_packing_never_exceeds_and_matches_the_plain_greedy(
+    items: list[tuple[int, int]], budget: int
+) -> None:
+    true = [b + extra for b, extra in items]
+    lazy = pack([b for b, _ in items], budget, exact=true.__getitem__)
+    assert lazy.used_tokens == sum(true[i] for i in lazy.items) <= budget
+    assert len(lazy.items) + lazy.omitted == len(items)
+    assert lazy == pack(true, budget)  # lower bounds only save work, never change the choice
