@@ -180,8 +180,9 @@ class DocIndex:
         ids = [self.find(t) for t in set(terms)]
         if not ids or min(ids) < 0:
             return []
-        lists = sorted((self.postings(i)[0] for i in ids), key=len)
-        common = lists[0][: np.searchsorted(lists[0], before)]
+        lists = [self.postings(i)[0] for i in ids]  # ascending: keep what lies before
+        lists = sorted((a[: np.searchsorted(a, before)] for a in lists), key=len)
+        common = lists[0]
         for other in lists[1:]:
             if len(common) == 0:
                 break
