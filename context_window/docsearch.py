@@ -112,7 +112,7 @@ def split_passages(chunk: Chunk, max_tokens: int, count: Count) -> list[Passage]
         if not run:
             return
         text = "\n".join(t for _, t in run)
-        if len(text) <= max_tokens or count(text) <= max_tokens:  # a char is at most a token
+        if 2 * len(text) <= max_tokens or count(text) <= max_tokens:  # see _sentences
             out.append(Passage(run[0][0], run[-1][0], text))
         else:
             for number, line in run:
@@ -139,7 +139,8 @@ def _continues(previous: str, line: str) -> bool:
 
 def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Passage]:
     """A long line as runs of whole sentences, each within ``max_tokens`` where it can be."""
-    if len(line) <= max_tokens or count(line) <= max_tokens:
+    # An estimate never exceeds 2 tokens a character (the highest ratio calibration accepts).
+    if 2 * len(line) <= max_tokens or count(line) <= max_tokens:
         return [Passage(number, number, line)]
     out: list[Passage] = []
     run = ""
@@ -222,7 +223,8 @@ def prefilter(query: Sequence[str]) -> tuple[str, ...]:
 
     A Snowball stem is its word's prefix but for its last letter (retry -> retri), and
     an identifier part is a substring of the whole, so the stem less its last letter
-    is always found; what it lets through is checked exactly afterwards.
+    is found in the line (Snowball's few irregular forms, such as dying -> die, are
+    the exception); what the filter lets through is checked exactly afterwards.
     """
     return tuple(sorted({t[:-1] if len(t) > 3 else t for t in query}))
 
