@@ -26,10 +26,9 @@ import regex
 
 from context_window.models import Chunk, Hit
 from context_window.packing import pack
-from context_window.textindex import K1, B
+from context_window.textindex import K1, NEIGHBOUR_WEIGHT, B
 from context_window.tokens import TokenCounter
 
-NEIGHBOUR_WEIGHT = 0.5  # share of the adjacent passages' score a passage gains
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
 # A token holding a digit (a number, time, id, address or versioned name) is masked in a
 # passage's shape, so lines that differ only in those have one shape.

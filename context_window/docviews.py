@@ -12,6 +12,7 @@ from context_window.docsearch import LineHit
 from context_window.docsummary import DocSummary
 from context_window.doctables import DocInfo, Ingested, Kept, Window
 from context_window.models import Chunk
+from context_window.packing import header_reserve
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
@@ -132,11 +133,9 @@ def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool =
 def search_reserve(budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
     """Tokens doc_search keeps for its header (at its widest), and whether it must be terse."""
     big = int("9" * len(str(budget)))
-    for terse in (False, True):
-        reserve = count(search_header(big, big, budget, 10**9, terse)) + 2
-        if reserve <= budget // 2:
-            break
-    return reserve, terse
+    return header_reserve(
+        lambda terse: search_header(big, big, budget, 10**9, terse), budget, count
+    )
 
 
 def render_hit(hit: LineHit, short: bool = False) -> str:
@@ -195,12 +194,11 @@ def window_reserve(
     big = int("9" * len(str(max(doc.chunks, 1))))
     used = int("9" * len(str(budget)))
     call = _next_call(doc.id, session_id, big)
-    for terse in (False, True):
-        widest = window_header(doc.id, big, big, doc.chunks, used, budget, call, True, terse)
-        reserve = count(widest) + 2
-        if reserve <= budget // 2:
-            break
-    return reserve, terse
+    return header_reserve(
+        lambda terse: window_header(doc.id, big, big, doc.chunks, used, budget, call, True, terse),
+        budget,
+        count,
+    )
 
 
 def _next_call(doc_id: str, session_id: str | None, cursor: int) -> str:

@@ -57,3 +57,18 @@ def pack(
             omitted += 1
         k += 1
     return Packed(items=tuple(chosen), used_tokens=used, omitted=omitted, budget=budget)
+
+
+def header_reserve(
+    widest: Callable[[bool], str], budget: int, count: Callable[[str], int]
+) -> tuple[int, bool]:
+    """Tokens to keep for an answer's header, and whether the header must be terse.
+
+    ``widest(terse)`` renders the header at its widest (the largest numbers it can
+    show). The full header is used while it takes at most half the budget.
+    """
+    for terse in (False, True):
+        need = count(widest(terse)) + 2  # and the blank line after it
+        if need <= budget // 2:
+            break
+    return need, terse

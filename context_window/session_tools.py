@@ -12,6 +12,7 @@ from pydantic import Field
 
 from context_window.adapters import guarded, result
 from context_window.models import Entry, Recall, SessionStats
+from context_window.packing import header_reserve
 from context_window.service import Compaction, Service
 from context_window.sessions import Session
 
@@ -151,11 +152,9 @@ def recall_reserve(total: int, budget: int, count: Callable[[str], int]) -> tupl
     """Tokens kept for the header and any closing note (their widest form), and whether terse."""
     big = int("9" * len(str(max(total, 1))))
     used = int("9" * len(str(budget)))
-    for terse in (False, True):
-        reserve = count(recall_header(big, big, used, budget, big, big, False, terse)) + 1
-        if reserve <= budget // 2:
-            break
-    return reserve, terse
+    return header_reserve(
+        lambda terse: recall_header(big, big, used, budget, big, big, False, terse), budget, count
+    )
 
 
 def render_recall(rec: Recall, terse: bool = False) -> str:

@@ -39,7 +39,7 @@ from context_window.models import (
 from context_window.packing import pack
 from context_window.sessionstate import SessionState
 from context_window.storage import Journal, new_id
-from context_window.textindex import Analyzer
+from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer
 from context_window.tokens import TokenCounter
 
 MAX_TEXT_CHARS = 200_000
@@ -47,7 +47,6 @@ MAX_TAGS = 10
 MAX_TAG_CHARS = 40
 MAX_TTL_DAYS = 36_500
 DAY = 86_400.0
-NEIGHBOUR_WEIGHT = 0.5  # share of the adjacent entries' BM25 an entry gains
 
 
 def smooth_neighbours(

@@ -24,6 +24,9 @@ import Stemmer
 K1 = 1.2
 B = 0.75
 EPSILON = 0.25
+# Share of the adjacent units' BM25 a unit (session entry, document passage) gains: an
+# answer usually sits next to the turn or line that names its topic.
+NEIGHBOUR_WEIGHT = 0.5
 
 FloatArray = npt.NDArray[np.float64]
 
