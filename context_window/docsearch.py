@@ -7,8 +7,8 @@ chunks are split into passages, which are scored with BM25 (idf from the
 document index, lengths relative to the other passages), plus half the score of
 the passages just before and after (an answer often sits beside the line that
 names the topic). Passages of the same shape (the same words once numbers, ids
-and addresses are masked) that match the query collapse into the earliest one,
-which lists the others' line numbers. Passages are taken greedily in score order
+and addresses are masked) that match the same query terms collapse into the
+earliest one, which lists the others' line numbers. Passages are taken greedily in score order
 while they fit the budget, opening at most ``limit`` hits (chunks); each hit then
 shows its passages in line order.
 """
@@ -375,13 +375,14 @@ def answer(
             if scores:
                 p.score = max(scores)
                 ranked.append((p.score, k, p.first, p))
-    # Same-shaped matching passages collapse into the first one in the document.
-    first_of: dict[tuple[str, str], Passage] = {}
+    # Matching passages of one shape that match the same query terms collapse into the
+    # first one in the document (a query naming sda2 keeps sda2 lines apart from sda0's).
+    first_of: dict[tuple[str, str, frozenset[str]], Passage] = {}
     standing: set[tuple[str, int]] = set()
     for _, _, _, p in sorted(ranked, key=lambda r: (r[3].doc, r[2])):
         if not p.terms:
             continue
-        key = (p.doc, shape(p.text))
+        key = (p.doc, shape(p.text), frozenset(p.terms))
         rep = first_of.get(key)
         if rep is None:
             first_of[key] = p

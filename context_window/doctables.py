@@ -139,8 +139,16 @@ class Tables:
         return int(self.table[i, 3])
 
     def chunk_of(self, line: int) -> int:
-        """The last chunk that starts at or before source line ``line``."""
-        return max(0, int(np.searchsorted(self.table[:, 3], line, side="right")) - 1)
+        """The chunk holding the start of source line ``line``.
+
+        That is the first chunk starting on that line (a long line is cut into several),
+        else the last one starting before it.
+        """
+        starts = self.table[:, 3]
+        i = int(np.searchsorted(starts, line, side="left"))
+        if i < len(starts) and int(starts[i]) == line:
+            return i
+        return max(0, i - 1)
 
     def heading(self, i: int) -> str:
         """The heading trail of chunk ``i``."""

@@ -31,6 +31,7 @@ from context_window.docviews import (
     window_label,
     window_reserve,
 )
+from context_window.packing import settle
 from context_window.service import Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -206,18 +207,20 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
                 f"No line of {where} matches. Try other or fewer words.", budget
             )
             return result(msg, {"hits": [], "query": query, "omitted": 0, "searchable": True})
-        text = "\n\n".join(
-            [
-                search_header(len(found.hits), found.used_tokens, budget, found.omitted, terse),
-                *(render_hit(h, found.short) for h in found.hits),
-            ]
+        body = [render_hit(h, found.short) for h in found.hits]
+        text, used = settle(
+            lambda u: "\n\n".join(
+                [search_header(len(found.hits), u, budget, found.omitted, terse), *body]
+            ),
+            budget,
+            service.counter.count,
         )
         data = {
             "query": query,
             "searchable": True,
             "hits": [hit_data(h) for h in found.hits],
             "omitted": found.omitted,
-            "used_tokens": found.used_tokens,
+            "used_tokens": used,
             "budget": budget,
         }
         return result(text, data)
@@ -257,6 +260,9 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             label=None if terse else window_label,
             reserve=reserve,
         )
+        text, used = settle(
+            lambda u: render_window(w, budget, terse, used=u), budget, service.counter.count
+        )
         data = {
             "doc_id": w.doc.id,
             "session_id": w.session_id,
@@ -265,10 +271,10 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "total_chunks": w.doc.chunks,
             "at_end": w.at_end,
             "truncated": w.truncated,
-            "used_tokens": w.used_tokens,
+            "used_tokens": used if w.chunks else 0,
             "budget": budget,
         }
-        return result(render_window(w, budget, terse), data)
+        return result(text, data)
 
     @app.tool(
         annotations=WRITES,

@@ -206,8 +206,8 @@ def _next_call(doc_id: str, session_id: str | None, cursor: int) -> str:
     return f"next: doc_window({call}) from {cursor}"
 
 
-def render_window(w: Window, budget: int, terse: bool = False) -> str:
-    """doc_window's text: a header, then each chunk under its label."""
+def render_window(w: Window, budget: int, terse: bool = False, used: int | None = None) -> str:
+    """doc_window's text: a header, then each chunk under its label (``used``: its size)."""
     d = w.doc
     if not w.chunks:
         return (
@@ -216,9 +216,8 @@ def render_window(w: Window, budget: int, terse: bool = False) -> str:
         )
     first, last = w.chunks[0].index, w.chunks[-1].index
     then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor)
-    head = window_header(
-        d.id, first, last, d.chunks, w.used_tokens, budget, then, w.truncated, terse
-    )
+    used = w.used_tokens if used is None else used
+    head = window_header(d.id, first, last, d.chunks, used, budget, then, w.truncated, terse)
     body = [c.text if terse else f"{window_label(c)}\n{c.text}" for c in w.chunks]
     return "\n\n".join([head, *body])
 

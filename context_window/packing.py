@@ -72,3 +72,15 @@ def header_reserve(
         if need <= budget // 2:
             break
     return need, terse
+
+
+def settle(
+    render: Callable[[int], str], budget: int, count: Callable[[str], int]
+) -> tuple[str, int]:
+    """An answer whose header states its own size: ``render(used)`` and ``used``.
+
+    ``used`` is the estimate of the answer rendered with the widest figure (the
+    budget), so it is never below the estimate of the text returned.
+    """
+    used = count(render(budget))
+    return render(used), used

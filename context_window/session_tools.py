@@ -12,7 +12,7 @@ from pydantic import Field
 
 from context_window.adapters import guarded, result
 from context_window.models import Entry, Recall, SessionStats
-from context_window.packing import header_reserve
+from context_window.packing import header_reserve, settle
 from context_window.service import Compaction, Service
 from context_window.sessions import Session
 
@@ -157,13 +157,16 @@ def recall_reserve(total: int, budget: int, count: Callable[[str], int]) -> tupl
     )
 
 
-def render_recall(rec: Recall, terse: bool = False) -> str:
-    """context_recall's text: a header with counts and tokens, then entries best first."""
+def render_recall(rec: Recall, terse: bool = False, used: int | None = None) -> str:
+    """context_recall's text: a header with counts and tokens, then entries best first.
+
+    ``used`` is the answer's own size for the header (default: what was packed).
+    """
     p = rec.packed
     header = recall_header(
         len(rec.entries),
         rec.candidates,
-        p.used_tokens,
+        p.used_tokens if used is None else used,
         p.budget,
         p.omitted,
         rec.beyond_limit,
@@ -292,17 +295,18 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             label=recall_label,
             reserve=reserve,
         )
+        text, used = settle(lambda u: render_recall(rec, terse, u), want, service.counter.count)
         data = {
             "session_id": session.id,
             "entries": [{**entry_data(e), "score": rec.scores.get(e.id, 0.0)} for e in rec.entries],
             "candidates": rec.candidates,
             "searchable": rec.searchable,
-            "used_tokens": rec.packed.used_tokens,
+            "used_tokens": used,
             "budget": rec.packed.budget,
             "omitted": rec.packed.omitted,
             "beyond_limit": rec.beyond_limit,
         }
-        return result(render_recall(rec, terse), data)
+        return result(text, data)
 
     @app.tool(
         annotations=WRITES,

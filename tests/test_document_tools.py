@@ -300,6 +300,8 @@ async def test_every_budgeted_document_answer_fits_its_budget(tmp_path: Path, bu
         ):
             text, data = await ok(c, "doc_search", budget_tokens=budget, **args)
             assert count(text) <= budget, (args, text)
+            if data["hits"]:  # the header states the answer's own size
+                assert count(text) <= data["used_tokens"] <= budget
         for args in (
             {"doc_id": "build"},
             {"doc_id": "guide", "line": 12},
@@ -307,9 +309,36 @@ async def test_every_budgeted_document_answer_fits_its_budget(tmp_path: Path, bu
         ):
             text, data = await ok(c, "doc_window", budget_tokens=budget, **args)
             assert count(text) <= budget, (args, text)
-            assert data["used_tokens"] <= budget
+            assert count(text) <= data["used_tokens"] <= budget
     if budget >= 100:  # doc_outline takes the server's --budget
         async with serve(tmp_path, budget=budget) as c:
             for doc in ("build", "guide"):
                 text, _ = await ok(c, "doc_outline", doc_id=doc)
                 assert count(text) <= budget, text
+
+
+@pytest.mark.anyio
+async def test_lines_collapse_only_when_they_match_the_same_query_terms(tmp_path: Path) -> None:
+    lines = [
+        f"2024-01-01 10:00:{i % 60:02d} ERROR disk {i} failed on sda{i % 3}" for i in range(90)
+    ]
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\r\n".join(lines), doc_id="disks")
+        text, data = await ok(c, "doc_search", query="failed sda2", doc_id="disks", limit=3)
+    # The query names sda2: its lines are not folded into the first sda0 line.
+    assert f"3: {lines[2]} (+" in text and f"1: {lines[0]} (+" in text
+    shown = {p["first_line"]: p["like_lines"] for h in data["hits"] for p in h["passages"]}
+    assert shown[3] and all(n % 3 == 0 for n in shown[3])  # sda2 is on lines 3, 6, 9, ...
+    assert not any(n % 3 == 0 for n in shown[1])
+
+
+@pytest.mark.anyio
+async def test_window_at_a_line_cut_into_many_chunks_opens_at_its_start(tmp_path: Path) -> None:
+    one_line = " ".join(f"word{i}" for i in range(6000))
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        _, doc = await ok(c, "doc_ingest", text=one_line + "\nsecond line", doc_id="long")
+        assert doc["chunks"] > 5
+        _, data = await ok(c, "doc_window", doc_id="long", line=1, budget_tokens=300)
+        assert data["chunks"][0]["index"] == 0 and data["chunks"][0]["text"].startswith("word0 ")
+        _, data = await ok(c, "doc_window", doc_id="long", line=2, budget_tokens=300)
+        assert data["chunks"][0]["line"] == 1  # three lines above line 2 is line 1
