@@ -134,10 +134,6 @@ class Tables:
         self.trails: list[str] = [str(t) for t in trails]
         self.index = DocIndex(index_dir)
 
-    def first_line(self, i: int) -> int:
-        """The 1-based source line where chunk ``i`` starts."""
-        return int(self.table[i, 3])
-
     def chunk_of(self, line: int) -> int:
         """The chunk holding the start of source line ``line``.
 

@@ -337,6 +337,12 @@ class DocumentStore:
                 f"query {query!r:.60} has no searchable words (2+ letters or digits, "
                 "not only stop words)"
             )
+        return self._best_chunks(terms, doc_id, limit)[0]
+
+    def _best_chunks(
+        self, terms: list[str], doc_id: str | None, limit: int
+    ) -> tuple[list[Hit], dict[str, Tables]]:
+        """The best chunks for analysed ``terms``, and the tables of the documents searched."""
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
         docs = [self.get(doc_id)] if doc_id is not None else self.all()
@@ -356,7 +362,7 @@ class DocumentStore:
         for score, k, i in found[:limit]:
             chunk = tables[k].read(i, i)[0]
             hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
-        return hits
+        return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
 
     def answer(
         self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0
@@ -368,8 +374,8 @@ class DocumentStore:
         terms = self._analyzer.terms(query or "")
         if not terms:
             return None
-        hits = self.search(query, doc_id, limit=max(CANDIDATE_CHUNKS, limit))
-        tables = {d: self.tables(self.get(d)) for d in sorted({h.doc_id for h in hits})}
+        hits, searched = self._best_chunks(terms, doc_id, max(CANDIDATE_CHUNKS, limit))
+        tables = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
         n_chunks = sum(t.index.n_chunks for t in tables.values())
         idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
         scorer = Scorer(terms, idf, self._analyzer.expand)

@@ -30,7 +30,7 @@ NEIGHBOUR_WEIGHT = 0.5
 
 FloatArray = npt.NDArray[np.float64]
 
-WORD = regex.compile(r"[\w$]+")  # a raw word, before identifier splitting and stemming
+_WORD = regex.compile(r"[\w$]+")
 # Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
 # accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
@@ -93,14 +93,14 @@ class Analyzer:
     def counts(self, text: str) -> dict[str, int]:
         """Term frequencies of ``text``."""
         out: dict[str, int] = {}
-        for raw, n in Counter(WORD.findall(text)).items():
+        for raw, n in Counter(_WORD.findall(text)).items():
             for term in self.expand(raw):
                 out[term] = out.get(term, 0) + n
         return out
 
     def terms(self, text: str) -> list[str]:
         """Index terms of ``text`` in order, repeats kept (a query's terms)."""
-        return [term for raw in WORD.findall(text) for term in self.expand(raw)]
+        return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
 
 
 def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> FloatArray:
