@@ -55,6 +55,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "lifecycle.purge_over_cold_load",
     "lifecycle.reingest_unchanged_share",
     "lifecycle.reingest_over_first",
+    "hostile.worst_ms",
+    "hostile.worst_doubling",
 )
 
 FULL_CORPUS_MB = 100
@@ -100,6 +102,7 @@ TARGETS: tuple[Target, ...] = (
     Target("server.start_to_tools_list_s", "<=", 1.0, "s", _always),
     Target("documents.peak_rss_mb", "<=", 400.0, "MB", _full_corpus),
     Target("lifecycle.schema_tokens", "<=", 2500.0, "tokens", _always),
+    Target("hostile.worst_doubling", "<=", 3.0, "x", _always),
 )
 
 
@@ -149,6 +152,8 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "lifecycle.purge_over_cold_load": life["purge"]["purge_over_cold_load"],
         "lifecycle.reingest_unchanged_share": life["reingest"]["unchanged_share"],
         "lifecycle.reingest_over_first": life["reingest"]["again_over_first"],
+        "hostile.worst_ms": d["hostile"]["worst_ms"],
+        "hostile.worst_doubling": d["hostile"]["worst_doubling"],
     }
     for tier in ("small", "medium", "large"):
         m[f"session.recall_{tier}.p50_ms"] = s[f"recall_{tier}"]["p50_ms"]
@@ -213,6 +218,8 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "lifecycle.purge_over_cold_load": "purge / cold load of the same session",
         "lifecycle.reingest_unchanged_share": "re-ingest after +1 % lines: chunks unchanged",
         "lifecycle.reingest_over_first": "re-ingest time / first ingest time",
+        "hostile.worst_ms": "slowest crafted 200k note (facts, split, compact)",
+        "hostile.worst_doubling": "... its time at 200k / at 100k (linear: ~2)",
     }
     for tier in ("small", "medium", "large"):
         n = s[f"recall_{tier}"]["entries"]
@@ -236,7 +243,12 @@ def _fmt(key: str, value: float) -> str:
         return f"{value:,.2f} s"
     if key.endswith("_mb"):
         return f"{value:,.0f} MB"
-    if "over_ours" in key or key.endswith("_over_cold_load") or key.endswith("_over_first"):
+    if (
+        "over_ours" in key
+        or key.endswith("_over_cold_load")
+        or key.endswith("_over_first")
+        or key.endswith("_doubling")
+    ):
         return f"{value:,.2f}x"
     if key.startswith("lifecycle.schema_tokens"):
         return f"{value:,.0f}"

@@ -27,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import corpus, documents, lifecycle, quality, report, sessions, startup
+from benchmarks import corpus, documents, hostile, lifecycle, quality, report, sessions, startup
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "latest.json"
@@ -141,6 +141,9 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
         "purge": lifecycle.bench_purge(ldir / "p", scale.purge_entries),
         "reingest": lifecycle.bench_reingest(ldir / "r", big),
     }
+
+    _log("hostile text: facts, sentence splitting and compaction of crafted 200k notes")
+    details["hostile"] = hostile.bench_text_paths()
 
     metrics = report.flatten(details)
     meta = {

@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 
 _URL = r"\b(?:https?|ftp|file)://[^\s<>\"'`]+"
-_EMAIL = r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"
+# Runs are bounded where a match may be retried from many starts in one long word (the
+# local part of an address is at most 64 characters, a label or path segment 255), so
+# extraction stays linear in the text's length.
+_EMAIL = r"\b[\w.+-]{1,64}+@[\w-]{1,255}+(?:\.[\w-]{1,255}+)+\b"
 # Paths: rooted (/a, ~/a, ./a, ../a, C:\a) or relative with at least one separator.
 _PATH = (
     r"(?:(?<![\w/])(?:~|\.{1,2})?/[\w.@%+-]+(?:/[\w.@%+-]*)*)"
     r"|(?:\b[A-Za-z]:\\[\w.\\-]*\w)"
-    r"|(?:\b[\w.@%+-]+(?:/[\w.@%+-]+)+)"
+    r"|(?:\b[\w.@%+-]{1,255}+(?:/[\w.@%+-]{1,255}+)+)"
 )
 # Identifiers: code-shaped words a paraphrase would not reproduce.
 _IDENT = (

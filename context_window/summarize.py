@@ -45,6 +45,10 @@ _LIST_ITEM = regex.compile(r"^\s*(?:[-*+•]\s|\d{1,3}[.)]\s|#{1,6}\s|>|\||```|~
 _HEADING = regex.compile(r"^\s*#{1,6}\s")
 _FENCE = regex.compile(r"^\s*(?:```|~~~)")
 _BLANK_GAP = regex.compile(r"\n[ \t]*\n")
+_NEXT = regex.compile(r"\S")
+_WORD_SPAN = 64  # longer than any abbreviation or run of initials
+_LAST_WORD = regex.compile(r"\S+$")
+_INITIALS = regex.compile(r"(?:\p{L}\.)+\p{L}")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -318,18 +322,24 @@ def _continues(prev: str, line: str) -> bool:
 
 
 def _ends(segment: str, match: regex.Match[str]) -> bool:
-    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation or initial)."""
-    after = segment[match.end() :].lstrip()
-    if not after:
+    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation or initial).
+
+    Only the next character and the word before are read, so splitting stays linear.
+    """
+    nxt = _NEXT.search(segment, match.end())
+    if nxt is None:
         return True
-    if after[0].islower():
+    if nxt.group().islower():
         return False
     if "." not in match.group() or match.group().startswith(".."):
         return True
-    word = segment[: match.start()].split()[-1:]
-    token = word[0].lstrip("([{\"'\u201c\u2018").lower() if word else ""
-    if token in _ABBREV or (token in _NUMERIC_ABBREV and after[0].isdigit()):
+    before = _LAST_WORD.search(segment, max(0, match.start() - _WORD_SPAN), match.start())
+    if before is None or (before.start() == match.start() - _WORD_SPAN and before.start() > 0):
+        return True  # no word before, or one too long to be an abbreviation or an initial
+    word = before.group()
+    token = word.lstrip("([{\"'\u201c\u2018").lower()
+    if token in _ABBREV or (token in _NUMERIC_ABBREV and nxt.group().isdigit()):
         return False
-    if len(token) == 1 and token.isalpha() and word[0][-1:].isupper():
+    if len(token) == 1 and token.isalpha() and word[-1:].isupper():
         return False  # a single initial: "J. Smith"
-    return not regex.fullmatch(r"(?:\p{L}\.)+\p{L}", token)  # "U.S", "J.R.R"
+    return not _INITIALS.fullmatch(token)  # "U.S", "J.R.R"

@@ -64,6 +64,8 @@ METRICS = {
     "lifecycle.purge_over_cold_load",
     "lifecycle.reingest_unchanged_share",
     "lifecycle.reingest_over_first",
+    "hostile.worst_ms",
+    "hostile.worst_doubling",
 }
 TARGETED = {
     "session.append.p50_ms",
@@ -75,6 +77,7 @@ TARGETED = {
     "server.start_to_tools_list_s",
     "documents.peak_rss_mb",
     "lifecycle.schema_tokens",
+    "hostile.worst_doubling",
 }
 
 
@@ -120,7 +123,16 @@ def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
     for key in ("commit", "cpus", "python", "duration_s", "corpus", "scale"):
         assert key in doc["meta"]
     details = doc["details"]
-    assert set(details) == {"server", "session", "documents", "engines", "quality", "lifecycle"}
+    assert set(details) == {
+        "server",
+        "session",
+        "documents",
+        "engines",
+        "quality",
+        "lifecycle",
+        "hostile",
+    }
+    assert details["hostile"]["chars"] == 200_000  # the entry limit, even in a quick run
     life = details["lifecycle"]
     assert life["schema"]["all"] < life["schema"]["unslimmed"]
     assert life["purge"]["erased"] == life["purge"]["entries"] // 10
