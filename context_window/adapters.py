@@ -15,6 +15,7 @@ from typing import Any, ParamSpec
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
+from pydantic import ValidationError
 
 from context_window.errors import ContextWindowError
 
@@ -64,3 +65,67 @@ def guarded(
         return wrapper
 
     return decorate
+
+
+_TYPES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+}
+
+
+def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> str:
+    """One short line per invalid argument, in the words a model can act on.
+
+    pydantic's own report spans several lines per problem, repeats the input and
+    links to its documentation; this names the argument and the rule it broke.
+    """
+    properties = (schema or {}).get("properties", {})
+    lines: list[str] = []
+    for err in error.errors(include_url=False):
+        loc = err["loc"]
+        name = ".".join(str(part) for part in loc) or "arguments"
+        spec = _flat(properties.get(str(loc[0]), {})) if loc else {}
+        for part in loc[1:]:  # into a list's items
+            spec = _flat(spec.get("items", {})) if isinstance(part, int) else {}
+        line = f"{name} {_problem(err, spec)}"
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _flat(spec: dict[str, Any]) -> dict[str, Any]:
+    """A property schema with its non-null ``anyOf`` branch merged in."""
+    for option in spec.get("anyOf", []):
+        if option.get("type") != "null":
+            return {**option, **{k: v for k, v in spec.items() if k != "anyOf"}}
+    return spec
+
+
+def _problem(err: Any, spec: dict[str, Any]) -> str:
+    kind = str(err["type"])
+    low, high = spec.get("minimum"), spec.get("maximum")
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a parameter of this tool"
+    if kind in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
+        if low is not None and high is not None:
+            return f"must be between {low:,} and {high:,}"
+        bound = err.get("ctx", {})
+        limit = next(iter(bound.values()), "")
+        word = "at least" if kind.startswith("greater") else "at most"
+        return f"must be {word} {limit}"
+    if kind in {"string_too_long", "too_long"}:
+        return f"is too long (at most {spec.get('maxLength', spec.get('maxItems', '?')):,})"
+    if kind in {"string_too_short", "too_short"}:
+        return "is too short"
+    if kind in {"literal_error", "enum"}:
+        return f"must be one of {', '.join(map(str, spec.get('enum', [])))}".rstrip()
+    wanted = spec.get("type")
+    if isinstance(wanted, str) and kind.endswith(("_type", "_parsing")):
+        return f"must be {_TYPES.get(wanted, wanted)}"
+    return "is invalid: " + str(err["msg"]).split("\n", 1)[0]

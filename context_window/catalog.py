@@ -153,7 +153,7 @@ class Catalog:
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
         analyzer = Analyzer()
-        wanted = set(analyzer.terms(query))
+        wanted = set(analyzer.query(query))
         if not wanted:
             raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
         entries: list[EntryHit] = []

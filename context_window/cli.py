@@ -123,6 +123,18 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
         help="largest file doc_ingest reads, in MiB (default 256) [CTX_MAX_FILE_MB]",
     )
     add(
+        "--max-query-chars",
+        metavar="N",
+        type=int,
+        help="longest search query, in characters (default 2000) [CTX_MAX_QUERY_CHARS]",
+    )
+    add(
+        "--max-query-terms",
+        metavar="N",
+        type=int,
+        help="most distinct terms one query searches for (default 64) [CTX_MAX_QUERY_TERMS]",
+    )
+    add(
         "--token-ratio",
         metavar="X",
         type=float,
@@ -184,6 +196,8 @@ def _flags(ns: argparse.Namespace) -> dict[str, Any]:
         "chunk_tokens",
         "chunk_overlap",
         "max_file_mb",
+        "max_query_chars",
+        "max_query_terms",
         "token_ratio",
         "transport",
         "host",

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 import platformdirs
 
-from context_window.errors import ConfigError
+from context_window.chunking import check_chunk_settings
+from context_window.errors import ConfigError, InvalidInput
 
 APP_NAME = "context-window"
 Transport = Literal["stdio", "http"]
@@ -36,6 +37,8 @@ class Settings:
     chunk_tokens: int = 800
     chunk_overlap: int = 80
     max_file_mb: int = 256
+    max_query_chars: int = 2000
+    max_query_terms: int = 64
     token_ratio: float = 0.27
     transport: Transport = "stdio"
     host: str = "127.0.0.1"
@@ -62,6 +65,8 @@ _ENV: tuple[tuple[str, str], ...] = (
     ("chunk_tokens", "CTX_CHUNK_TOKENS"),
     ("chunk_overlap", "CTX_CHUNK_OVERLAP"),
     ("max_file_mb", "CTX_MAX_FILE_MB"),
+    ("max_query_chars", "CTX_MAX_QUERY_CHARS"),
+    ("max_query_terms", "CTX_MAX_QUERY_TERMS"),
     ("token_ratio", "CTX_TOKEN_RATIO"),
     ("transport", "CTX_TRANSPORT"),
     ("host", "CTX_HTTP_HOST"),
@@ -118,7 +123,15 @@ def _parse(name: str, raw: str, var: str) -> Any:
             if low in _FALSE:
                 return False
             raise ValueError(raw)
-        if name in {"budget", "chunk_tokens", "chunk_overlap", "max_file_mb", "port"}:
+        if name in {
+            "budget",
+            "chunk_tokens",
+            "chunk_overlap",
+            "max_file_mb",
+            "max_query_chars",
+            "max_query_terms",
+            "port",
+        }:
             return int(raw)
         if name in {"llm_timeout", "token_ratio"}:
             return float(raw)
@@ -135,17 +148,18 @@ def _validated(s: Settings) -> Settings:
         raise ConfigError(f"tools must be 'all', 'sessions' or 'docs', not {s.tools!r}")
     if not 64 <= s.budget <= 1_000_000:
         raise ConfigError(f"budget must be between 64 and 1000000 tokens, not {s.budget}")
-    if not 32 <= s.chunk_tokens <= 100_000:
-        raise ConfigError(f"chunk-tokens must be between 32 and 100000, not {s.chunk_tokens}")
-    if not 0 <= s.chunk_overlap < s.chunk_tokens:
-        raise ConfigError(
-            f"chunk-overlap must be >= 0 and < chunk-tokens ({s.chunk_tokens}), "
-            f"not {s.chunk_overlap}"
-        )
+    try:
+        check_chunk_settings(s.chunk_tokens, s.chunk_overlap, s.token_ratio)
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None
     if not 1 <= s.max_file_mb <= 4096:
         raise ConfigError(f"max-file-mb must be between 1 and 4096, not {s.max_file_mb}")
-    if not 0.01 <= s.token_ratio <= 4.0:
-        raise ConfigError(f"token-ratio must be between 0.01 and 4, not {s.token_ratio}")
+    if not 16 <= s.max_query_chars <= 1_000_000:
+        raise ConfigError(
+            f"max-query-chars must be between 16 and 1000000, not {s.max_query_chars}"
+        )
+    if not 1 <= s.max_query_terms <= 10_000:
+        raise ConfigError(f"max-query-terms must be between 1 and 10000, not {s.max_query_terms}")
     if not 0 < s.llm_timeout <= 3600:
         raise ConfigError(f"llm-timeout must be between 0 and 3600 seconds, not {s.llm_timeout}")
     if not 0 <= s.port <= 65535:

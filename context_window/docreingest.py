@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from context_window.chunking import recorded_chunk_settings
 from context_window.doccursors import all_cursors, write_cursor
 from context_window.doctables import Kept
 from context_window.storage import read_json, write_json_atomic
@@ -39,15 +40,13 @@ Bytes = npt.NDArray[np.uint8]
 def chunk_settings(
     old_meta: dict[str, Any] | None, tokens: int, overlap: int, ratio: float
 ) -> tuple[int, int, float]:
-    """The old version's (chunk tokens, overlap, ratio) where recorded, else the given ones."""
-    if old_meta is None:
-        return tokens, overlap, ratio
-    t, o, r = old_meta.get("chunk_tokens"), old_meta.get("chunk_overlap"), old_meta.get("ratio")
-    if isinstance(t, int) and isinstance(o, int) and 0 <= o < t:
-        tokens, overlap = t, o
-    if isinstance(r, int | float) and not isinstance(r, bool) and 0 < r <= 2:
-        ratio = float(r)
-    return tokens, overlap, ratio
+    """The old version's (chunk tokens, overlap, ratio) if recorded and valid, else the given ones.
+
+    A meta.json is read back from disk and may have been edited: its settings pass the
+    same check as the flags (``chunking.check_chunk_settings``) or are not used at all.
+    """
+    recorded = None if old_meta is None else recorded_chunk_settings(old_meta)
+    return recorded or (tokens, overlap, ratio)
 
 
 def compare(old_dir: Path, new_dir: Path) -> Kept:

@@ -51,7 +51,7 @@ from context_window.storage import (
     replace_dir,
     write_json_atomic,
 )
-from context_window.textindex import Analyzer
+from context_window.textindex import Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
 
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
@@ -77,6 +77,7 @@ class DocumentStore:
         chunk_overlap: int = 80,
         max_chars: int = MAX_CHARS,
         max_file_bytes: int = MAX_FILE_BYTES,
+        query_limits: QueryLimits | None = None,
     ) -> None:
         self.root = data_dir / "documents"
         self.counter = counter
@@ -87,7 +88,7 @@ class DocumentStore:
         self.max_file_bytes = max_file_bytes
         self._lock = threading.RLock()
         self._tables: dict[str, tuple[float, Tables]] = {}
-        self._analyzer = Analyzer()
+        self._analyzer = Analyzer(query_limits)
         self._sweep()
 
     def _sweep(self) -> None:
@@ -331,7 +332,7 @@ class DocumentStore:
 
     def search(self, query: str, doc_id: str | None = None, limit: int = 10) -> list[Hit]:
         """The best chunks for ``query``: one document's, or every document's, best first."""
-        terms = self._analyzer.terms(query or "")
+        terms = self._analyzer.query(query or "")
         if not terms:
             raise InvalidInput(
                 f"query {query!r:.60} has no searchable words (2+ letters or digits, "
@@ -371,7 +372,7 @@ class DocumentStore:
 
         None when the query has no searchable terms.
         """
-        terms = self._analyzer.terms(query or "")
+        terms = self._analyzer.query(query or "")
         if not terms:
             return None
         hits, searched = self._best_chunks(terms, doc_id, max(CANDIDATE_CHUNKS, limit))

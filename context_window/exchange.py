@@ -36,6 +36,7 @@ from context_window.archive import (
     session_markdown,
 )
 from context_window.catalog import Catalog, read_journal
+from context_window.chunking import recorded_chunk_settings
 from context_window.docingest import encode_text, sha256_of
 from context_window.documents import MAX_CHARS, DocumentStore
 from context_window.errors import InvalidInput, NotFound, StorageError
@@ -313,14 +314,5 @@ def _import_document(
 
 def _chunk_settings(meta: dict[str, Any], default: ChunkSettings) -> tuple[int, int, float]:
     """The export's chunk size, overlap and token ratio when valid, else the defaults."""
-    tokens, overlap, ratio = meta.get("chunk_tokens"), meta.get("chunk_overlap"), meta.get("ratio")
-    if (
-        isinstance(tokens, int)
-        and isinstance(overlap, int)
-        and isinstance(ratio, int | float)
-        and 32 <= tokens <= 100_000
-        and 0 <= overlap < tokens
-        and 0.01 <= ratio <= 4.0
-    ):
-        return tokens, overlap, float(ratio)
-    return default.chunk_tokens, default.chunk_overlap, default.ratio
+    recorded = recorded_chunk_settings(meta)
+    return recorded or (default.chunk_tokens, default.chunk_overlap, default.ratio)

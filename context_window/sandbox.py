@@ -70,16 +70,26 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
     try:
         real = candidate.resolve(strict=True)
     except FileNotFoundError:
-        raise NotFound(f"no file {file_path!r} (relative paths are read from {roots[0]})") from None
-    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long …
-        raise AccessDenied(f"cannot resolve {file_path!r}: {exc}") from None
+        raise unavailable(file_path, roots) from None
+    except (OSError, RuntimeError):  # a symlink loop, a name too long …
+        raise unavailable(file_path, roots) from None
     if not _inside(real, real_roots):
-        shown = ", ".join(str(r) for r in real_roots)
-        raise AccessDenied(
-            f"{file_path!r} resolves to {real}, which is outside the ingest roots ({shown}); "
-            "only files under an ingest root can be read"
-        )
+        raise unavailable(file_path, roots)
     return real
+
+
+def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
+    """One answer for a path that is missing, unresolvable or outside the roots.
+
+    The three must look the same, or the error becomes an oracle: whether a file exists
+    somewhere on the host, or where a link such as /proc/self/cwd points. Only the
+    caller's own text and the roots are named, never the resolved target.
+    """
+    return NotFound(
+        f"no readable file {file_path!r} inside the ingest roots "
+        f"({', '.join(str(r) for r in roots)}; relative paths are read from {roots[0]}): "
+        "it is missing, or it is outside the ingest roots"
+    )
 
 
 def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFile:

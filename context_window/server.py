@@ -17,9 +17,11 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, Tool
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, Tool
+from pydantic import ValidationError
 
-from context_window.adapters import guarded, result
+from context_window.adapters import argument_errors, guarded, result
 from context_window.config import Settings
 from context_window.document_tools import register_document_tools
 from context_window.service import Service
@@ -60,7 +62,28 @@ def slim_schema(node: Any) -> Any:
 
 
 class SlimServer(MCPServer):
-    """An MCPServer whose tools/list carries slimmed input schemas."""
+    """An MCPServer whose tools/list carries slimmed input schemas, and whose argument
+    errors read as one line per problem."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Any = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Run a tool; an argument that fails validation is named with the rule it broke."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError):
+                raise
+            if isinstance(cause, ValidationError):
+                raise ToolError(argument_errors(cause, self._tool_input_schema(name))) from cause
+            # The SDK prefixes "Error executing tool <name>: "; the model knows which tool
+            # it called, and every token of an error is one less for the answer.
+            prefix = f"Error executing tool {name}: "
+            message = str(exc)
+            if message.startswith(prefix):
+                raise ToolError(message[len(prefix) :]) from cause
+            raise
 
     async def list_tools(self) -> list[Tool]:
         """The registered tools, with :func:`slim_schema` applied to each input schema."""

@@ -22,6 +22,7 @@ from context_window.models import CompactionPlan, Entry, Summary
 from context_window.sessions import Session
 from context_window.sessionstore import SessionStore
 from context_window.summarize import Summarizer
+from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
@@ -70,7 +71,8 @@ class Service:
             )
             self.calibrator.load_cached()
         self.summarizer = Summarizer(self.counter, self.llm)
-        self.sessions = SessionStore(settings.data_dir, self.counter, clock)
+        limits = QueryLimits(settings.max_query_chars, settings.max_query_terms)
+        self.sessions = SessionStore(settings.data_dir, self.counter, clock, limits)
         self.documents = DocumentStore(
             settings.data_dir,
             self.counter,
@@ -78,6 +80,7 @@ class Service:
             chunk_tokens=settings.chunk_tokens,
             chunk_overlap=settings.chunk_overlap,
             max_file_bytes=settings.max_file_mb * 1024 * 1024,
+            query_limits=limits,
         )
         self._calibrated_once = False
 

@@ -39,7 +39,7 @@ from context_window.models import (
 from context_window.packing import pack
 from context_window.sessionstate import SessionState
 from context_window.storage import Journal, new_id
-from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer
+from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
 
 MAX_TEXT_CHARS = 200_000
@@ -119,13 +119,14 @@ class Session:
         meta: dict[str, Any],
         counter: TokenCounter,
         clock: Clock = time.time,
+        limits: QueryLimits | None = None,
     ) -> None:
         self.dir = directory
         self.meta = meta
         self.counter = counter
         self.clock = clock
         self.journal = Journal(directory / "entries.jsonl")
-        self._analyzer = Analyzer()
+        self._analyzer = Analyzer(limits)
         self._clear()
         self.repairs: list[str] = []  # what opening the session had to mend, for status
 
@@ -376,7 +377,7 @@ class Session:
                 dtype=np.bool_,
                 count=n,
             )
-        terms = self._analyzer.terms(query) if query and query.strip() else []
+        terms = self._analyzer.query(query) if query and query.strip() else []
         searchable = not (query and query.strip()) or bool(terms)
         pinned = np.flatnonzero(mask & flags.pinned)  # shown whatever the query
         if terms:

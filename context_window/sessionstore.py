@@ -15,6 +15,7 @@ from context_window.errors import InvalidInput, NotFound
 from context_window.models import SessionInfo
 from context_window.sessions import Clock, Session, updated_time
 from context_window.storage import check_id, new_id, read_json, write_json_atomic
+from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter
 
 MAX_TITLE_CHARS = 200
@@ -23,10 +24,17 @@ MAX_TITLE_CHARS = 200
 class SessionStore:
     """All sessions under ``<data>/sessions``; sessions are loaded once and kept current."""
 
-    def __init__(self, data_dir: Path, counter: TokenCounter, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        counter: TokenCounter,
+        clock: Clock = time.time,
+        limits: QueryLimits | None = None,
+    ) -> None:
         self.root = data_dir / "sessions"
         self.counter = counter
         self.clock = clock
+        self.limits = limits
         self._open: dict[str, Session] = {}
 
     def ids(self) -> list[str]:
@@ -64,7 +72,9 @@ class SessionStore:
         meta["id"] = sid
         session = self._open.get(sid)
         if session is None:
-            session = self._open[sid] = Session(directory, meta, self.counter, self.clock)
+            session = self._open[sid] = Session(
+                directory, meta, self.counter, self.clock, self.limits
+            )
         else:
             session.meta = meta
         if repair:

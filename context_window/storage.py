@@ -19,13 +19,13 @@ from context_window.errors import InvalidInput, StorageError
 
 REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: "$" would allow a final \n
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def check_id(value: str, what: str = "id") -> str:
     """Return ``value`` if it is a safe id, else raise InvalidInput saying the rule."""
-    if not isinstance(value, str) or not _ID.match(value) or value in {".", ".."}:
+    if not isinstance(value, str) or not _ID.fullmatch(value) or value in {".", ".."}:
         shown = repr(value)[:80]
         raise InvalidInput(
             f"invalid {what} {shown}: use 1-64 characters from A-Z a-z 0-9 . _ -, "

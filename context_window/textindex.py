@@ -15,11 +15,14 @@ import itertools
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import regex
 import Stemmer
+
+from context_window.errors import InvalidInput
 
 K1 = 1.2
 B = 0.75
@@ -47,12 +50,23 @@ STOP_WORDS = frozenset(
     "would you your yours yourself yourselves".split()
 )
 _MEMO_LIMIT = 500_000
+MAX_QUERY_CHARS = 2_000
+MAX_QUERY_TERMS = 64
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """How long a query may be, and how many distinct terms it may search for."""
+
+    max_chars: int = MAX_QUERY_CHARS
+    max_terms: int = MAX_QUERY_TERMS
 
 
 class Analyzer:
     """Turns text into index terms; memoizes identifier splitting per raw word."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: QueryLimits | None = None) -> None:
+        self.limits = limits or QueryLimits()
         self._memo: dict[str, tuple[str, ...]] = {}
         self._stemmer = Stemmer.Stemmer("english")
         self._stem_lock = threading.Lock()  # a PyStemmer object is not safe across threads
@@ -99,8 +113,27 @@ class Analyzer:
         return out
 
     def terms(self, text: str) -> list[str]:
-        """Index terms of ``text`` in order, repeats kept (a query's terms)."""
+        """Index terms of ``text`` in order, repeats kept."""
         return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
+
+    def query(self, text: str) -> list[str]:
+        """A query's distinct terms, first seen first; InvalidInput past ``limits``.
+
+        The length is checked before any work, so an oversized query costs nothing.
+        """
+        limits = self.limits
+        if len(text) > limits.max_chars:
+            raise InvalidInput(
+                f"query is {len(text):,} characters; the limit is {limits.max_chars:,} "
+                "(max_query_chars): search with a few distinctive words"
+            )
+        terms = list(dict.fromkeys(self.terms(text)))
+        if len(terms) > limits.max_terms:
+            raise InvalidInput(
+                f"query has {len(terms):,} distinct search terms; the limit is "
+                f"{limits.max_terms:,} (max_query_terms): search with fewer words"
+            )
+        return terms
 
 
 def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> FloatArray:

@@ -40,6 +40,8 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
         "CTX_CHUNK_TOKENS": "400",
         "CTX_CHUNK_OVERLAP": "0",
         "CTX_MAX_FILE_MB": "64",
+        "CTX_MAX_QUERY_CHARS": "500",
+        "CTX_MAX_QUERY_TERMS": "9",
         "CTX_TOKEN_RATIO": "0.3",
         "CTX_TRANSPORT": "http",
         "CTX_HTTP_HOST": "0.0.0.0",
@@ -55,6 +57,7 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
     assert (s.llm_base_url, s.llm_model, s.llm_api_key) == ("https://llm.example/v1", "smol", "k")
     assert (s.llm_timeout, s.llm_enabled) == (7.5, False)
     assert (s.budget, s.chunk_tokens, s.chunk_overlap, s.token_ratio) == (2000, 400, 0, 0.3)
+    assert (s.max_query_chars, s.max_query_terms) == (500, 9)
     assert s.max_file_mb == 64 and s.tools == "sessions"
     assert (s.transport, s.host, s.port, s.http_token, s.audit) == (
         "http",

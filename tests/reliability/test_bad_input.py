@@ -27,6 +27,10 @@ DOC = "d1"
 HUGE_APPEND = 200_001
 HUGE_DOC = 20_000_001
 BAD_IDS = ["../x", "a/b", "a\\b", "a\x00b", "x" * 200, " ", ".", "..", "-lead", "a b", "é"]
+# Control characters, a trailing newline above all ("$" in a pattern lets one through).
+BAD_IDS += ["abc\n", "abc\r", "abc\r\n", "a\tb", "a\x1fb", "abc\x7f", "\nabc"]
+# What an argument error must not show the model: pydantic's raw report.
+RAW_REPORT = ("validation error", "input_value", "errors.pydantic.dev", "Error executing tool")
 # Arguments whose unknown-but-well-formed value creates something instead of failing.
 # (doc_window's session_id need not name an open session: it starts that session's cursor.)
 CREATES = {
@@ -259,7 +263,10 @@ def check_readable(r: CallToolResult, case: Case) -> str:
     where = f"{case.tool} ({case.why}): {text[:300]!r}"
     assert r.is_error, f"accepted bad input: {where}"
     assert "internal error" not in text and "Traceback" not in text, where
-    assert len(text) >= 20, where
+    assert len(text) >= 15, where
+    assert not any(raw in text for raw in RAW_REPORT), where
+    for line in text.splitlines():  # one short line per problem
+        assert len(line) <= 400, where
     return text
 
 
@@ -340,3 +347,30 @@ def test_argument_free_tools_ignore_junk(tmp_path: Path, tool: str) -> None:
         await service.aclose()
 
     anyio.run(go)
+
+
+def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: Path) -> None:
+    service = service_for(tmp_path / "data")
+
+    async def main() -> dict[str, str]:
+        async with Client(build_server(service)) as client:
+            calls = {
+                "bounds": ("context_recall", {"session_id": "s", "budget_tokens": 5}),
+                "types": ("context_recall", {"session_id": "s", "budget_tokens": "many"}),
+                "two": ("doc_search", {"query": 5, "limit": 0}),
+                "missing": ("context_recall", {}),
+                "item": ("context_append", {"session_id": "s", "text": "t", "tags": [1]}),
+            }
+            out = {}
+            for key, (tool, args) in calls.items():
+                r = await client.call_tool(tool, args)
+                assert r.is_error
+                out[key] = "\n".join(getattr(c, "text", "") for c in r.content)
+            return out
+
+    got = anyio.run(main)
+    assert got["bounds"] == "budget_tokens must be between 16 and 1,000,000"
+    assert got["types"] == "budget_tokens must be an integer"
+    assert got["two"].splitlines() == ["query must be a string", "limit must be between 1 and 100"]
+    assert got["missing"] == "session_id is required"
+    assert got["item"] == "tags.0 must be a string"
