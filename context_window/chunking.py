@@ -58,6 +58,24 @@ class _Seg(NamedTuple):
 
 
 MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS = 32, 100_000
+# Every chunk carries its heading trail, so a long heading would be copied into each one
+# (a 100k-character heading made chunks.jsonl 37x its source): trails are capped.
+MAX_HEADING_CHARS = 100  # one heading in a trail
+MAX_TRAIL_CHARS = 240  # the whole trail; outer headings give way to inner ones
+
+
+def heading_trail(headings: list[str]) -> str:
+    """``A > B > C``, each heading and the whole within their caps, cut with an ellipsis."""
+    parts = [
+        h if len(h) <= MAX_HEADING_CHARS else h[: MAX_HEADING_CHARS - 1] + "…" for h in headings
+    ]
+    text = " > ".join(parts)
+    while len(text) > MAX_TRAIL_CHARS and len(parts) > 1:
+        parts = parts[1:]
+        text = "… > " + " > ".join(parts)
+    return text
+
+
 MIN_RATIO, MAX_RATIO = 0.01, 4.0
 
 
@@ -164,7 +182,7 @@ def _blocks(text: str) -> Iterator[tuple[int, int, bool, str]]:
             while trail and trail[-1][0] >= level:
                 trail.pop()
             trail.append((level, title))
-            trail_text = " > ".join(t for _, t in trail if t)
+            trail_text = heading_trail([t for _, t in trail if t])
             yield ls, _rtrim(text, ls, eol), True, trail_text
             pos = eol + 1
         elif fence:

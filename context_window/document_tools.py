@@ -41,7 +41,7 @@ P = ParamSpec("P")
 OUTLINE_SUMMARIES = 20  # chunks summarized per doc_outline call unless max_chunks says otherwise
 
 DocId = Annotated[str, Field(description="Document id from doc_ingest or doc_list")]
-Budget = Annotated[int | None, Field(ge=16, le=1_000_000, description="Tokens (default: --budget)")]
+Budget = Annotated[int | None, Field(ge=64, le=1_000_000, description="Tokens (default: --budget)")]
 
 
 def from_keyword(
@@ -179,7 +179,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             **doc_data(doc),
             "outline": [{"index": i, "heading": t, "tokens": n} for i, t, n in entries],
         }
-        return result(text, data)
+        return result(text, data, budget_default, service.counter.count)
 
     @app.tool(
         annotations=READ_ONLY,
@@ -200,13 +200,16 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             return result(
                 unsearchable_answer(store, doc_id, budget, service),
                 {"hits": [], "query": query, "omitted": 0, "searchable": False},
+                budget,
+                service.counter.count,
             )
         if not found.hits:
             where = f"document {doc_id}" if doc_id else "any document"
             msg = service.counter.truncate(
                 f"No line of {where} matches. Try other or fewer words.", budget
             )
-            return result(msg, {"hits": [], "query": query, "omitted": 0, "searchable": True})
+            data = {"hits": [], "query": query, "omitted": 0, "searchable": True}
+            return result(msg, data, budget, service.counter.count)
         body = [render_hit(h, found.short) for h in found.hits]
         text, used = settle(
             lambda u: "\n\n".join(
@@ -223,7 +226,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "used_tokens": used,
             "budget": budget,
         }
-        return result(text, data)
+        return result(text, data, budget, service.counter.count)
 
     @app.tool(
         annotations=WRITES,
@@ -274,7 +277,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             "used_tokens": used if w.chunks else 0,
             "budget": budget,
         }
-        return result(text, data)
+        return result(text, data, budget, service.counter.count)
 
     @app.tool(
         annotations=WRITES,

@@ -487,6 +487,8 @@ class DocumentStore:
         truncated = used > room  # one chunk alone is over the budget: cut it
         if truncated:
             one = kept[0]
+            if room - cost(replace(one, text="")) < 1:  # no room for the heading trail either
+                one = replace(one, heading="")
             cut = self.counter.truncate(one.text, max(1, room - cost(replace(one, text=""))))
             kept = [replace(one, text=cut, tokens=self.counter.count(cut))]
             used = cost(kept[0])

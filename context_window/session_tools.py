@@ -77,6 +77,22 @@ def entry_data(entry: Entry) -> dict[str, Any]:
     }
 
 
+_RECALL_KEYS = ("id", "created_at", "role", "text")  # always there; the rest when set
+
+
+def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
+    """A recalled entry as structured content: flags and lists only when set, so the
+    structured answer stays near the size of the text one (both must fit the budget)."""
+    full = entry_data(entry)
+    out = {k: full[k] for k in _RECALL_KEYS}
+    out["score"] = score
+    out.update({k: v for k, v in full.items() if k not in _RECALL_KEYS and k not in _SIZES and v})
+    return out
+
+
+_SIZES = ("seq", "tokens")
+
+
 def advice(stats: SessionStats, budget: int) -> str:
     """What the model should do about the session's size, if anything."""
     if stats.live_tokens > budget:
@@ -277,7 +293,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     async def context_recall(
         session_id: SessionId,
         query: str | None = None,
-        budget_tokens: Annotated[int | None, Field(ge=16, le=1_000_000)] = None,
+        budget_tokens: Annotated[int | None, Field(ge=64, le=1_000_000)] = None,
         limit: Annotated[int | None, Field(ge=1, le=1000)] = None,
         tags: list[str] | None = None,
         include_superseded: bool = False,
@@ -298,7 +314,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         text, used = settle(lambda u: render_recall(rec, terse, u), want, service.counter.count)
         data = {
             "session_id": session.id,
-            "entries": [{**entry_data(e), "score": rec.scores.get(e.id, 0.0)} for e in rec.entries],
+            "entries": [recalled_data(e, rec.scores.get(e.id, 0.0)) for e in rec.entries],
             "candidates": rec.candidates,
             "searchable": rec.searchable,
             "used_tokens": used,
@@ -306,7 +322,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             "omitted": rec.packed.omitted,
             "beyond_limit": rec.beyond_limit,
         }
-        return result(text, data)
+        return result(text, data, want, service.counter.count)
 
     @app.tool(
         annotations=WRITES,

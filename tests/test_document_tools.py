@@ -284,7 +284,7 @@ async def test_window_opens_at_a_line_with_context_above(tmp_path: Path) -> None
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("budget", [16, 60, 300, 2000])
+@pytest.mark.parametrize("budget", [64, 100, 300, 2000])
 async def test_every_budgeted_document_answer_fits_its_budget(tmp_path: Path, budget: int) -> None:
     from context_window.tokens import TokenCounter
 

@@ -369,7 +369,7 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
             return out
 
     got = anyio.run(main)
-    assert got["bounds"] == "budget_tokens must be between 16 and 1,000,000"
+    assert got["bounds"] == "budget_tokens must be between 64 and 1,000,000"
     assert got["types"] == "budget_tokens must be an integer"
     assert got["two"].splitlines() == ["query must be a string", "limit must be between 1 and 100"]
     assert got["missing"] == "session_id is required"

@@ -1,0 +1,69 @@
+"""No amplification: a huge heading is not copied into every chunk, and every budgeted
+answer fits its budget twice over: its text, and its structured content on its own
+(some clients hand that to the model instead of the text)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from context_window.chunking import MAX_TRAIL_CHARS
+from context_window.server import build_server
+from context_window.tokens import TokenCounter
+
+from .support import service_for
+
+count = TokenCounter(0.27).count
+HEADING = "# " + "H" * 100_000
+BODY = "\n\n".join(f"para {i} the upload failed " + "word " * 50 for i in range(400))
+
+
+def _tokens(value: Any) -> int:
+    return count(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def test_a_huge_heading_is_stored_once_not_per_chunk(tmp_path: Path) -> None:
+    svc = service_for(tmp_path / "data")
+    text = f"{HEADING}\n\n## {'S' * 50_000}\n\n{BODY}"
+    done = svc.documents.ingest(text=text, doc_id="h")
+    folder = tmp_path / "data" / "documents" / "h"
+    assert done.doc.chunks > 50
+    assert (folder / "chunks.jsonl").stat().st_size < 1.5 * len(text)  # was 37x
+    for line in (folder / "chunks.jsonl").read_text().splitlines():
+        assert len(json.loads(line)["heading"]) <= MAX_TRAIL_CHARS
+
+
+@pytest.mark.parametrize("budget", [64, 100, 300, 2000])
+def test_every_budgeted_answer_and_its_structured_content_fit(tmp_path: Path, budget: int) -> None:
+    svc = service_for(tmp_path / "data", budget=max(64, budget))
+    svc.documents.ingest(text=f"{HEADING}\n\n{BODY}", doc_id="h")
+    session, _ = svc.sessions.open("s")
+    for i in range(30):
+        session.append(f"note {i}: the upload failed " + "word " * (40 * i))
+
+    calls: list[tuple[str, dict[str, Any], int]] = [
+        ("doc_window", {"doc_id": "h", "budget_tokens": budget, "reset": True}, budget),
+        ("doc_window", {"doc_id": "h", "budget_tokens": budget, "line": 5}, budget),
+        ("doc_search", {"query": "upload word", "budget_tokens": budget}, budget),
+        ("doc_search", {"query": "the", "doc_id": "h", "budget_tokens": budget}, budget),
+        ("doc_search", {"query": "zzzz", "budget_tokens": budget}, budget),
+        ("context_recall", {"session_id": "s", "query": "upload", "budget_tokens": budget}, budget),
+        ("context_recall", {"session_id": "s", "budget_tokens": budget}, budget),
+        ("doc_outline", {"doc_id": "h"}, max(64, budget)),
+    ]
+
+    async def main() -> None:
+        async with Client(build_server(svc)) as c:
+            for tool, args, limit in calls:
+                res = await c.call_tool(tool, args)
+                assert not res.is_error, (tool, res.content)
+                text = "".join(getattr(b, "text", "") for b in res.content)
+                assert count(text) <= limit, (tool, args, count(text))
+                assert _tokens(res.structured_content) <= limit, (tool, args)
+
+    anyio.run(main)
