@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import anyio
 import numpy as np
 
 from context_window.doctables import DocInfo
@@ -114,7 +115,7 @@ async def summarize_range(
             str(cached.get("reason", "")),
         )
         return DocSummary(doc, lo, hi, True, summary, str(cached.get("note", "")), True)
-    text, note = source_text(store, doc, lo, hi)
+    text, note = await anyio.to_thread.run_sync(source_text, store, doc, lo, hi)
     summary = await summarizer.summarize(text, target_tokens, kind="document")
     if whole:
         record = {

@@ -13,6 +13,7 @@ from pydantic import Field
 from context_window.adapters import guarded, result
 from context_window.docprogress import ingest_in_thread
 from context_window.docsummary import chunk_lines, summarize_range
+from context_window.doctables import DocInfo
 from context_window.documents import DocumentStore
 from context_window.docviews import (
     chunk_data,
@@ -32,7 +33,7 @@ from context_window.docviews import (
     window_reserve,
 )
 from context_window.packing import settle
-from context_window.service import Service
+from context_window.service import DOCUMENTS, Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -109,6 +110,11 @@ def unsearchable_answer(
     return fit_lines(f"{note} Documents:", docs or ["none"], budget, service)
 
 
+def _outline(store: DocumentStore, doc_id: str) -> tuple[DocInfo, list[tuple[int, str, int]]]:
+    doc = store.get(doc_id)
+    return doc, store.outline(doc)
+
+
 def register_document_tools(app: MCPServer, service: Service) -> None:
     """Register the doc_* tools on ``app``."""
     store = service.documents
@@ -156,8 +162,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         summarize: bool = False,
         max_chunks: Annotated[int | None, Field(ge=1, le=100_000)] = None,
     ) -> CallToolResult:
-        doc = store.get(doc_id)
-        entries = store.outline(doc)
+        doc, entries = await service.run(DOCUMENTS, lambda: _outline(store, doc_id))
         if summarize:
             entries = entries[: max_chunks or OUTLINE_SUMMARIES]
             lines_of = await chunk_lines(store, service.summarizer, doc, [e[0] for e in entries])
@@ -193,40 +198,43 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         limit: Annotated[int, Field(ge=1, le=100, description="Most chunks to show")] = 10,
         budget_tokens: Budget = None,
     ) -> CallToolResult:
-        budget = budget_tokens or budget_default
-        reserve, terse = search_reserve(budget, service.counter.count)
-        found = store.answer(query, doc_id, limit, budget, reserve)
-        if found is None:
-            return result(
-                unsearchable_answer(store, doc_id, budget, service),
-                {"hits": [], "query": query, "omitted": 0, "searchable": False},
+        def work() -> CallToolResult:
+            budget = budget_tokens or budget_default
+            reserve, terse = search_reserve(budget, service.counter.count)
+            found = store.answer(query, doc_id, limit, budget, reserve)
+            if found is None:
+                return result(
+                    unsearchable_answer(store, doc_id, budget, service),
+                    {"hits": [], "query": query, "omitted": 0, "searchable": False},
+                    budget,
+                    service.counter.count,
+                )
+            if not found.hits:
+                where = f"document {doc_id}" if doc_id else "any document"
+                msg = service.counter.truncate(
+                    f"No line of {where} matches. Try other or fewer words.", budget
+                )
+                data = {"hits": [], "query": query, "omitted": 0, "searchable": True}
+                return result(msg, data, budget, service.counter.count)
+            body = [render_hit(h, found.short) for h in found.hits]
+            text, used = settle(
+                lambda u: "\n\n".join(
+                    [search_header(len(found.hits), u, budget, found.omitted, terse), *body]
+                ),
                 budget,
                 service.counter.count,
             )
-        if not found.hits:
-            where = f"document {doc_id}" if doc_id else "any document"
-            msg = service.counter.truncate(
-                f"No line of {where} matches. Try other or fewer words.", budget
-            )
-            data = {"hits": [], "query": query, "omitted": 0, "searchable": True}
-            return result(msg, data, budget, service.counter.count)
-        body = [render_hit(h, found.short) for h in found.hits]
-        text, used = settle(
-            lambda u: "\n\n".join(
-                [search_header(len(found.hits), u, budget, found.omitted, terse), *body]
-            ),
-            budget,
-            service.counter.count,
-        )
-        data = {
-            "query": query,
-            "searchable": True,
-            "hits": [hit_data(h) for h in found.hits],
-            "omitted": found.omitted,
-            "used_tokens": used,
-            "budget": budget,
-        }
-        return result(text, data, budget, service.counter.count)
+            data = {
+                "query": query,
+                "searchable": True,
+                "hits": [hit_data(h) for h in found.hits],
+                "omitted": found.omitted,
+                "used_tokens": used,
+                "budget": budget,
+            }
+            return result(text, data, budget, service.counter.count)
+
+        return await service.run(DOCUMENTS, work)
 
     @app.tool(
         annotations=WRITES,
@@ -248,36 +256,39 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             int | None, Field(ge=1, description="Open at this source line (from doc_search)")
         ] = None,
     ) -> CallToolResult:
-        budget = budget_tokens or budget_default
-        reserve, terse = window_reserve(
-            store.get(doc_id), session_id, budget, service.counter.count
-        )
-        w = store.window(
-            doc_id,
-            from_,
-            to,
-            budget,
-            reset,
-            session_id,
-            line=line,
-            label=None if terse else window_label,
-            reserve=reserve,
-        )
-        text, used = settle(
-            lambda u: render_window(w, budget, terse, used=u), budget, service.counter.count
-        )
-        data = {
-            "doc_id": w.doc.id,
-            "session_id": w.session_id,
-            "chunks": [chunk_data(c) for c in w.chunks],
-            "cursor": w.cursor,
-            "total_chunks": w.doc.chunks,
-            "at_end": w.at_end,
-            "truncated": w.truncated,
-            "used_tokens": used if w.chunks else 0,
-            "budget": budget,
-        }
-        return result(text, data, budget, service.counter.count)
+        def work() -> CallToolResult:
+            budget = budget_tokens or budget_default
+            reserve, terse = window_reserve(
+                store.get(doc_id), session_id, budget, service.counter.count
+            )
+            w = store.window(
+                doc_id,
+                from_,
+                to,
+                budget,
+                reset,
+                session_id,
+                line=line,
+                label=None if terse else window_label,
+                reserve=reserve,
+            )
+            text, used = settle(
+                lambda u: render_window(w, budget, terse, used=u), budget, service.counter.count
+            )
+            data = {
+                "doc_id": w.doc.id,
+                "session_id": w.session_id,
+                "chunks": [chunk_data(c) for c in w.chunks],
+                "cursor": w.cursor,
+                "total_chunks": w.doc.chunks,
+                "at_end": w.at_end,
+                "truncated": w.truncated,
+                "used_tokens": used if w.chunks else 0,
+                "budget": budget,
+            }
+            return result(text, data, budget, service.counter.count)
+
+        return await service.run(DOCUMENTS, work)
 
     @app.tool(
         annotations=WRITES,
@@ -313,24 +324,27 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(annotations=READ_ONLY, description="List ingested documents, newest first.")
     @guarded("doc_list", audit)
     async def doc_list() -> CallToolResult:
-        docs = store.all()
-        states = [store.source_state(d) for d in docs]
-        sessions = [store.session_cursors(d) for d in docs]
-        if not docs:
-            text = "No documents yet. Call doc_ingest(text=... or file_path=...)."
-        else:
-            text = "\n".join(
-                [f"{len(docs)} documents (newest first):"]
-                + [
-                    render_doc_line(d, st, len(c))
-                    for d, st, c in zip(docs, states, sessions, strict=True)
-                ]
-            )
-        listed = [
-            {**doc_data(d), "source_state": st.state, "session_cursors": c}
-            for d, st, c in zip(docs, states, sessions, strict=True)
-        ]
-        return result(text, {"documents": listed})
+        def work() -> CallToolResult:
+            docs = store.all()
+            states = [store.source_state(d) for d in docs]
+            sessions = [store.session_cursors(d) for d in docs]
+            if not docs:
+                text = "No documents yet. Call doc_ingest(text=... or file_path=...)."
+            else:
+                text = "\n".join(
+                    [f"{len(docs)} documents (newest first):"]
+                    + [
+                        render_doc_line(d, st, len(c))
+                        for d, st, c in zip(docs, states, sessions, strict=True)
+                    ]
+                )
+            listed = [
+                {**doc_data(d), "source_state": st.state, "session_cursors": c}
+                for d, st, c in zip(docs, states, sessions, strict=True)
+            ]
+            return result(text, {"documents": listed})
+
+        return await service.run(DOCUMENTS, work)
 
     @app.tool(
         annotations=DESTROYS,
@@ -338,6 +352,9 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     )
     @guarded("doc_forget", audit)
     async def doc_forget(doc_id: DocId) -> CallToolResult:
-        doc = store.forget(doc_id)
-        text = f"Forgot doc {doc.id} ({doc.title}): its files, index and summaries are deleted."
-        return result(text, {"doc_id": doc.id, "forgotten": True})
+        def work() -> CallToolResult:
+            doc = store.forget(doc_id)
+            text = f"Forgot doc {doc.id} ({doc.title}): its files, index and summaries are deleted."
+            return result(text, {"doc_id": doc.id, "forgotten": True})
+
+        return await service.run(DOCUMENTS, work)

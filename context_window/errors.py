@@ -7,6 +7,7 @@ Hierarchy::
     ├── NotFound                an unknown session, entry or document
     ├── AccessDenied            a path outside the ingest roots, or not a regular file
     ├── StorageError            the data dir could not be read or written
+    │   └── Busy                a session or store is held by another call or process
     ├── UpstreamError           the LLM endpoint failed (mapped once in ``llm.py``)
     └── ConfigError             invalid settings (the CLI exits with status 2)
 
@@ -35,6 +36,10 @@ class AccessDenied(ContextWindowError):
 
 class StorageError(ContextWindowError):
     """The data directory could not be read or written."""
+
+
+class Busy(StorageError):
+    """A lock was not free within its wait: the caller should try again shortly."""
 
 
 class UpstreamError(ContextWindowError):

@@ -7,15 +7,19 @@ summarizer) live here; everything else is a direct call on a store.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import anyio
 
 from context_window import __version__
 from context_window.calibration import Calibrator
 from context_window.config import Settings
 from context_window.documents import DocumentStore
-from context_window.errors import InvalidInput
+from context_window.errors import Busy, InvalidInput
 from context_window.facts import lost_facts
 from context_window.llm import LLMClient
 from context_window.models import CompactionPlan, Entry, Summary
@@ -28,6 +32,14 @@ from context_window.tokens import TokenCounter
 log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
+WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
+DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
+T = TypeVar("T")
+
+
+def session_key(session_id: str | None) -> str:
+    """The lock key of one session's calls (see :meth:`Service.run`)."""
+    return f"session {session_id!r}" if session_id else "a new session"
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ class Service:
             query_limits=limits,
         )
         self._calibrated_once = False
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
     async def calibrate(self, force: bool = False) -> str:
         """Measure the loaded model's tokens per character (never raises)."""
@@ -122,6 +136,30 @@ class Service:
         """An existing session (NotFound naming context_open otherwise)."""
         return self.sessions.get(session_id)
 
+    async def run(self, key: str, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread, after the calls before it on the same ``key``.
+
+        Nothing that can wait on a lock or compute for long runs on the event loop,
+        so one stuck session (a process stopped while it holds its journal lock) or a
+        long search delays only the calls on the same key; those give up with Busy
+        after ``WAIT_SECONDS``. Other sessions, other documents and /health go on.
+        """
+        with self._locks_guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+
+        def call() -> T:
+            if not lock.acquire(timeout=WAIT_SECONDS):
+                raise Busy(
+                    f"{key} is busy with another call (over {WAIT_SECONDS:g} s); "
+                    "try again in a moment"
+                )
+            try:
+                return work()
+            finally:
+                lock.release()
+
+        return await anyio.to_thread.run_sync(call)
+
     async def compact(
         self,
         session_id: str,
@@ -134,13 +172,15 @@ class Service:
             raise InvalidInput(
                 f"target_tokens must be between 16 and {MAX_TARGET_TOKENS}, not {target_tokens}"
             )
-        session = self.sessions.get(session_id)
-        plan = session.plan_compaction(keep_recent)
+        key = session_key(session_id)
+        session = await self.run(key, lambda: self.sessions.get(session_id))
+        plan = await self.run(key, lambda: session.plan_compaction(keep_recent))
         if dry_run or len(plan.entries) < 2:
             return Compaction(session.id, plan, None, None, dry_run)
         text = "\n\n".join(_render_for_summary(e) for e in plan.entries)
         summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
-        lost = lost_facts("\n".join(e.text for e in plan.entries), summary.text)
+        originals = "\n".join(e.text for e in plan.entries)
+        lost = await anyio.to_thread.run_sync(lost_facts, originals, summary.text)
         kept = self._fit_facts(lost, target_tokens)
         final = summary
         if lost:
@@ -149,7 +189,9 @@ class Service:
             listed = "; ".join(kept) if kept else "none fitted"
             text = f"{summary.text}\nKept facts: {listed}{extra}"
             final = replace(summary, text=text, tokens=self.counter.count(text))
-        entry = session.commit_summary(plan, final.text, final.method, kept)
+        entry = await self.run(
+            key, lambda: session.commit_summary(plan, final.text, final.method, kept)
+        )
         return Compaction(session.id, plan, final, entry, False, tuple(kept), len(lost) - len(kept))
 
 

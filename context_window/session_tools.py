@@ -13,7 +13,7 @@ from pydantic import Field
 from context_window.adapters import guarded, result
 from context_window.models import Entry, Recall, SessionStats
 from context_window.packing import header_reserve, settle
-from context_window.service import Compaction, Service
+from context_window.service import Compaction, Service, session_key
 from context_window.sessions import Session
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -244,19 +244,22 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         session_id: Annotated[str | None, Field(description="Id to resume/create")] = None,
         title: str | None = None,
     ) -> CallToolResult:
-        session, created = service.sessions.open(session_id, title)
-        stats = session.stats()
-        data = {
-            "session_id": session.id,
-            "title": session.title,
-            "created": created,
-            "live": stats.live,
-            "total": stats.total,
-            "tokens": stats.live_tokens,
-            "budget": budget,
-            "pinned": [entry_data(e) for e in session.entries() if e.pinned],
-        }
-        return result(render_open(session, created, stats, budget), data)
+        def work() -> CallToolResult:
+            session, created = service.sessions.open(session_id, title)
+            stats = session.stats()
+            data = {
+                "session_id": session.id,
+                "title": session.title,
+                "created": created,
+                "live": stats.live,
+                "total": stats.total,
+                "tokens": stats.live_tokens,
+                "budget": budget,
+                "pinned": [entry_data(e) for e in session.entries() if e.pinned],
+            }
+            return result(render_open(session, created, stats, budget), data)
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(
         annotations=WRITES,
@@ -271,19 +274,22 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         pinned: bool = False,
         ttl_days: Annotated[float | None, Field(gt=0, le=36_500, description=TTL)] = None,
     ) -> CallToolResult:
-        session = service.session(session_id)
-        entry = session.append(text, role, tags, pinned, ttl_days=ttl_days)
-        stats = session.stats()
-        tip = advice(stats, budget)
-        text_out = f"Saved {entry.id} ({entry.tokens} tokens). {bar(stats.live_tokens, budget)}"
-        data = {
-            "entry_id": entry.id,
-            "tokens": entry.tokens,
-            "session_tokens": stats.live_tokens,
-            "budget": budget,
-            "advice": tip,
-        }
-        return result(text_out + (f"\n{tip}" if tip else ""), data)
+        def work() -> CallToolResult:
+            session = service.session(session_id)
+            entry = session.append(text, role, tags, pinned, ttl_days=ttl_days)
+            stats = session.stats()
+            tip = advice(stats, budget)
+            text_out = f"Saved {entry.id} ({entry.tokens} tokens). {bar(stats.live_tokens, budget)}"
+            data = {
+                "entry_id": entry.id,
+                "tokens": entry.tokens,
+                "session_tokens": stats.live_tokens,
+                "budget": budget,
+                "advice": tip,
+            }
+            return result(text_out + (f"\n{tip}" if tip else ""), data)
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(
         annotations=READ_ONLY,
@@ -298,31 +304,34 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         tags: list[str] | None = None,
         include_superseded: bool = False,
     ) -> CallToolResult:
-        session = service.session(session_id)
-        want = budget_tokens or budget
-        # One digit to spare: entries appended meanwhile by another process may be counted.
-        reserve, terse = recall_reserve(10 * session.size(), want, service.counter.count)
-        rec = session.recall(
-            query,
-            want,
-            limit=limit,
-            tags=tags,
-            include_superseded=include_superseded,
-            label=recall_label,
-            reserve=reserve,
-        )
-        text, used = settle(lambda u: render_recall(rec, terse, u), want, service.counter.count)
-        data = {
-            "session_id": session.id,
-            "entries": [recalled_data(e, rec.scores.get(e.id, 0.0)) for e in rec.entries],
-            "candidates": rec.candidates,
-            "searchable": rec.searchable,
-            "used_tokens": used,
-            "budget": rec.packed.budget,
-            "omitted": rec.packed.omitted,
-            "beyond_limit": rec.beyond_limit,
-        }
-        return result(text, data, want, service.counter.count)
+        def work() -> CallToolResult:
+            session = service.session(session_id)
+            want = budget_tokens or budget
+            # One digit to spare: entries appended meanwhile by another process may be counted.
+            reserve, terse = recall_reserve(10 * session.size(), want, service.counter.count)
+            rec = session.recall(
+                query,
+                want,
+                limit=limit,
+                tags=tags,
+                include_superseded=include_superseded,
+                label=recall_label,
+                reserve=reserve,
+            )
+            text, used = settle(lambda u: render_recall(rec, terse, u), want, service.counter.count)
+            data = {
+                "session_id": session.id,
+                "entries": [recalled_data(e, rec.scores.get(e.id, 0.0)) for e in rec.entries],
+                "candidates": rec.candidates,
+                "searchable": rec.searchable,
+                "used_tokens": used,
+                "budget": rec.packed.budget,
+                "omitted": rec.packed.omitted,
+                "beyond_limit": rec.beyond_limit,
+            }
+            return result(text, data, want, service.counter.count)
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(
         annotations=WRITES,
@@ -336,7 +345,9 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         dry_run: bool = False,
     ) -> CallToolResult:
         c = await service.compact(session_id, keep_recent, target_tokens, dry_run)
-        stats = service.session(session_id).stats()
+        stats = await service.run(
+            session_key(session_id), lambda: service.session(session_id).stats()
+        )
         data = {
             "session_id": c.session_id,
             "dry_run": c.dry_run,
@@ -359,59 +370,67 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         session_id: SessionId,
         compaction_id: Annotated[str, Field(description="Summary id from context_compact")],
     ) -> CallToolResult:
-        session = service.session(session_id)
-        restored = session.uncompact(compaction_id)
-        stats = session.stats()
-        lines = [
-            f"Undid compaction {compaction_id}: {len(restored)} entries are live again; the "
-            "summary is retired (context_update on it with delete=false redoes the compaction).",
-            bar(stats.live_tokens, budget),
-        ]
-        lines.extend("  " + preview(e) for e in restored[:20])
-        if len(restored) > 20:
-            lines.append(f"  … {len(restored) - 20} more: context_recall shows them")
-        tip = advice(stats, budget)
-        if tip:
-            lines.append(tip)
-        data = {
-            "session_id": session.id,
-            "compaction_id": compaction_id,
-            "restored": [e.id for e in restored],
-            "session_tokens": stats.live_tokens,
-            "budget": budget,
-        }
-        return result("\n".join(lines), data)
+        def work() -> CallToolResult:
+            session = service.session(session_id)
+            restored = session.uncompact(compaction_id)
+            stats = session.stats()
+            lines = [
+                f"Undid compaction {compaction_id}: {len(restored)} entries are live again; "
+                "the summary is retired (context_update on it with delete=false redoes the "
+                "compaction).",
+                bar(stats.live_tokens, budget),
+            ]
+            lines.extend("  " + preview(e) for e in restored[:20])
+            if len(restored) > 20:
+                lines.append(f"  … {len(restored) - 20} more: context_recall shows them")
+            tip = advice(stats, budget)
+            if tip:
+                lines.append(tip)
+            data = {
+                "session_id": session.id,
+                "compaction_id": compaction_id,
+                "restored": [e.id for e in restored],
+                "session_tokens": stats.live_tokens,
+                "budget": budget,
+            }
+            return result("\n".join(lines), data)
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(annotations=READ_ONLY, description="Session size, budget, token counting and advice.")
     @guarded("context_status", audit)
     async def context_status(session_id: SessionId) -> CallToolResult:
-        session = service.session(session_id)
-        s = session.stats()
-        tip = advice(s, budget) or "Within budget."
-        lines = [
-            f"Session '{session.id}' ({session.title}): {s.live} live, {s.superseded} superseded, "
-            f"{s.expired} expired, {s.deleted} deleted, {s.pinned} pinned",
-            bar(s.live_tokens, budget),
-            f"Token counts: {service.counter.describe()}",
-            f"Summaries: {service.summarizer.describe()}",
-        ]
-        lines.extend(f"Repaired: {r}" for r in s.repairs)
-        if s.skipped_lines or s.orphan_patches:
-            lines.append(
-                f"Storage: skipped {s.skipped_lines} unreadable lines, "
-                f"{s.orphan_patches} patches for unknown entries"
-            )
-        lines.append(tip)
-        data = {
-            **s.__dict__,
-            "session_id": session.id,
-            "budget": budget,
-            "token_counts": service.counter.source,
-            "token_ratio": service.counter.ratio,
-            "summarizer": service.summarizer.describe(),
-            "advice": tip,
-        }
-        return result("\n".join(lines), data)
+        def work() -> CallToolResult:
+            session = service.session(session_id)
+            s = session.stats()
+            tip = advice(s, budget) or "Within budget."
+            lines = [
+                f"Session '{session.id}' ({session.title}): {s.live} live, "
+                f"{s.superseded} superseded, {s.expired} expired, {s.deleted} deleted, "
+                f"{s.pinned} pinned",
+                bar(s.live_tokens, budget),
+                f"Token counts: {service.counter.describe()}",
+                f"Summaries: {service.summarizer.describe()}",
+            ]
+            lines.extend(f"Repaired: {r}" for r in s.repairs)
+            if s.skipped_lines or s.orphan_patches:
+                lines.append(
+                    f"Storage: skipped {s.skipped_lines} unreadable lines, "
+                    f"{s.orphan_patches} patches for unknown entries"
+                )
+            lines.append(tip)
+            data = {
+                **s.__dict__,
+                "session_id": session.id,
+                "budget": budget,
+                "token_counts": service.counter.source,
+                "token_ratio": service.counter.ratio,
+                "summarizer": service.summarizer.describe(),
+                "advice": tip,
+            }
+            return result("\n".join(lines), data)
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
@@ -424,28 +443,34 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         pinned: bool | None = None,
         delete: bool | None = None,
     ) -> CallToolResult:
-        entry = service.session(session_id).update(entry_id, pinned=pinned, deleted=delete)
-        state = "deleted" if entry.deleted else ("pinned" if entry.pinned else "unpinned")
-        return result(f"Entry {entry.id} is now {state}.\n{preview(entry)}", entry_data(entry))
+        def work() -> CallToolResult:
+            entry = service.session(session_id).update(entry_id, pinned=pinned, deleted=delete)
+            state = "deleted" if entry.deleted else ("pinned" if entry.pinned else "unpinned")
+            return result(f"Entry {entry.id} is now {state}.\n{preview(entry)}", entry_data(entry))
+
+        return await service.run(session_key(session_id), work)
 
     @app.tool(annotations=READ_ONLY, description="List sessions, newest first.")
     @guarded("context_list_sessions", audit)
     async def context_list_sessions() -> CallToolResult:
-        infos = service.sessions.list()
-        lines = [f"{len(infos)} sessions (newest first):"] + [
-            f"  {i.id}: {i.title} (updated {_when(i.updated_at)})" for i in infos
-        ]
-        if not infos:
-            lines = ["No sessions yet. Call context_open to start one."]
-        data = {
-            "sessions": [
-                {
-                    "id": i.id,
-                    "title": i.title,
-                    "created_at": i.created_at,
-                    "updated_at": i.updated_at,
-                }
-                for i in infos
+        def work() -> CallToolResult:
+            infos = service.sessions.list()
+            lines = [f"{len(infos)} sessions (newest first):"] + [
+                f"  {i.id}: {i.title} (updated {_when(i.updated_at)})" for i in infos
             ]
-        }
-        return result("\n".join(lines), data)
+            if not infos:
+                lines = ["No sessions yet. Call context_open to start one."]
+            data = {
+                "sessions": [
+                    {
+                        "id": i.id,
+                        "title": i.title,
+                        "created_at": i.created_at,
+                        "updated_at": i.updated_at,
+                    }
+                    for i in infos
+                ]
+            }
+            return result("\n".join(lines), data)
+
+        return await service.run("the session list", work)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from context_window.errors import InvalidInput, StorageError
+from context_window.errors import Busy, InvalidInput, StorageError
 
 REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
@@ -99,16 +99,36 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _lock_fd(fd: int) -> None:
-    """Block until this process holds the exclusive OS lock on ``fd``."""
+LOCK_WAIT_SECONDS = 10.0  # how long a journal lock is waited for before "busy"
+
+
+def _lock_fd(fd: int, what: str, wait: float = LOCK_WAIT_SECONDS) -> None:
+    """Take the exclusive OS lock on ``fd`` within ``wait`` seconds, else raise Busy.
+
+    A process stopped (Ctrl-Z, SIGSTOP, a debugger) while it holds the lock must not
+    hang its peers for good: they poll, and give up with an error that says to retry.
+    """
     if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         from filelock import lock_descriptor
 
         lock_descriptor(fd, poll_interval=0.002)
-    else:
-        import fcntl
+        return
+    import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise Busy(
+                    f"{what} is busy: another process has held its lock for over {wait:g} s; "
+                    "try again in a moment"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
 
 def _unlock_fd(fd: int) -> None:
@@ -174,7 +194,11 @@ class Journal:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             except OSError as exc:
                 raise StorageError(f"cannot open {self.path}: {exc.strerror}") from exc
-            _lock_fd(fd)
+            try:
+                _lock_fd(fd, f"session {self.path.parent.name!r}")
+            except Busy:
+                os.close(fd)
+                raise
             held = os.fstat(fd)
             try:
                 current = self.path.stat()
@@ -249,7 +273,11 @@ class Journal:
             raise
         _fsync_dir(self.path.parent)
         new_fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-        _lock_fd(new_fd)  # if another process locked it first, its append is replayed too
+        try:  # if another process locked it first, its append is replayed too
+            _lock_fd(new_fd, f"session {self.path.parent.name!r}", 6 * LOCK_WAIT_SECONDS)
+        except Busy:
+            os.close(new_fd)
+            raise
         old_fd, self._fd = self._fd, new_fd
         _unlock_fd(old_fd)
         os.close(old_fd)

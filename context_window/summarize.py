@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import anyio
 import regex
 
 from context_window.errors import InvalidInput, UpstreamError
@@ -101,11 +102,13 @@ class Summarizer:
         if tokens <= target_tokens:
             return Summary(text, "verbatim", tokens)
         if self._llm is None:
-            return self._extractive(text, target_tokens, "LLM disabled (--no-llm)")
+            reason = "LLM disabled (--no-llm)"
+            return await anyio.to_thread.run_sync(self._extractive, text, target_tokens, reason)
         try:
             answer = await self._condense(self._llm, text, target_tokens, kind)
         except UpstreamError as exc:
-            return self._extractive(text, target_tokens, f"LLM unavailable: {exc}")
+            reason = f"LLM unavailable: {exc}"
+            return await anyio.to_thread.run_sync(self._extractive, text, target_tokens, reason)
         answer = self._counter.truncate(answer, target_tokens)
         return Summary(answer, "llm", self._counter.count(answer))
 

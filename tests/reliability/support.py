@@ -7,11 +7,14 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from context_window.config import Settings, load_settings
 from context_window.service import Service
@@ -123,3 +126,62 @@ def unreadable_lines(path: Path) -> list[bytes]:
         if not ok:
             bad.append(line)
     return bad
+
+
+# A real HTTP server process, for the tests that attack or stall one.
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "hostile-test", "version": "1"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A server subprocess, its data dir and base URL."""
+
+    def __init__(self, data: Path, token: str | None) -> None:
+        self.data = data
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(timeout=30)  # one client: creating one costs ~50 ms
+        args = [sys.executable, "-m", "context_window", "--http", "--port", str(self.port)]
+        args += ["--data-dir", str(data), "--no-llm"]
+        if token:
+            args += ["--http-token", token]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            try:
+                if self.http.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("server did not start")
+
+    def alive(self) -> bool:
+        return self.http.get(self.url + "/health").status_code == 200
+
+    def stop(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
