@@ -161,6 +161,20 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
         "--http-token", metavar="T", help="require Authorization: Bearer T on HTTP [CTX_HTTP_TOKEN]"
     )
     add(
+        "--http-session-idle",
+        metavar="SECONDS",
+        type=float,
+        help="an MCP session with no request for this long is closed (default 900) "
+        "[CTX_HTTP_SESSION_IDLE]",
+    )
+    add(
+        "--http-sessions-per-client",
+        metavar="N",
+        type=int,
+        help="open MCP sessions per client address; a new one closes its least recently "
+        "used (default 32) [CTX_HTTP_SESSIONS_PER_CLIENT]",
+    )
+    add(
         "--tools",
         choices=["all", "sessions", "docs"],
         help="expose only the session or document tools, for a tiny window (default all) "
@@ -203,6 +217,8 @@ def _flags(ns: argparse.Namespace) -> dict[str, Any]:
         "host",
         "port",
         "http_token",
+        "http_session_idle",
+        "http_sessions_per_client",
         "audit",
         "tools",
     )

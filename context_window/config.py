@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -44,6 +45,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 3001
     http_token: str = field(default="", repr=False)
+    http_session_idle: float = 900.0
+    http_sessions_per_client: int = 32
     audit: bool = True
     tools: ToolSet = "all"
 
@@ -72,6 +75,8 @@ _ENV: tuple[tuple[str, str], ...] = (
     ("host", "CTX_HTTP_HOST"),
     ("port", "CTX_HTTP_PORT"),
     ("http_token", "CTX_HTTP_TOKEN"),
+    ("http_session_idle", "CTX_HTTP_SESSION_IDLE"),
+    ("http_sessions_per_client", "CTX_HTTP_SESSIONS_PER_CLIENT"),
     ("audit", "CTX_AUDIT"),
     ("tools", "CTX_TOOLS"),
 )
@@ -130,10 +135,11 @@ def _parse(name: str, raw: str, var: str) -> Any:
             "max_file_mb",
             "max_query_chars",
             "max_query_terms",
+            "http_sessions_per_client",
             "port",
         }:
             return int(raw)
-        if name in {"llm_timeout", "token_ratio"}:
+        if name in {"llm_timeout", "token_ratio", "http_session_idle"}:
             return float(raw)
     except ValueError:
         raise ConfigError(f"{var}={raw!r} is not a valid value") from None
@@ -162,6 +168,14 @@ def _validated(s: Settings) -> Settings:
         raise ConfigError(f"max-query-terms must be between 1 and 10000, not {s.max_query_terms}")
     if not 0 < s.llm_timeout <= 3600:
         raise ConfigError(f"llm-timeout must be between 0 and 3600 seconds, not {s.llm_timeout}")
+    if not (math.isfinite(s.http_session_idle) and 1 <= s.http_session_idle <= 86_400):
+        raise ConfigError(
+            f"http-session-idle must be between 1 and 86400 seconds, not {s.http_session_idle}"
+        )
+    if not 1 <= s.http_sessions_per_client <= 1000:
+        raise ConfigError(
+            f"http-sessions-per-client must be between 1 and 1000, not {s.http_sessions_per_client}"
+        )
     if not 0 <= s.port <= 65535:
         raise ConfigError(f"port must be between 0 and 65535, not {s.port}")
     if not re.match(r"^https?://", s.llm_base_url):

@@ -12,6 +12,8 @@ import hmac
 import ipaddress
 import logging
 import socket
+from collections import OrderedDict
+from typing import Any
 
 import anyio
 import uvicorn
@@ -164,6 +166,94 @@ class BearerAuth:
         await response(scope, receive, send)
 
 
+MAX_SESSIONS = 1000  # open MCP sessions in all; past it the least recently used is closed
+
+
+class SessionGuard:
+    """ASGI middleware on /mcp: no client can exhaust the MCP sessions.
+
+    The SDK keeps up to 10,000 sessions for 30 idle minutes and then answers 503,
+    so one local process could lock every client out for half an hour. Here each
+    client address may hold ``per_client`` sessions and all clients ``total``: a
+    request that opens one more closes the least recently used session (of that
+    client, else of all), so a new client can always connect. Idle sessions are
+    closed by the SDK after ``--http-session-idle``. A client over its share of
+    opening requests in flight at once gets 429.
+    """
+
+    def __init__(self, app: ASGIApp, mcp: MCPServer, per_client: int, total: int) -> None:
+        self.app = app
+        self.mcp = mcp
+        self.per_client = per_client
+        self.total = total
+        self.lru: OrderedDict[str, str] = OrderedDict()  # session id -> client, oldest first
+        self.opening: dict[str, int] = {}  # client -> opening requests in flight
+
+    def _open_ids(self) -> dict[str, Any]:
+        """The SDK's open sessions by id (its manager has no public view of them)."""
+        manager = self.mcp.session_manager
+        return dict(getattr(manager, "_server_instances", {}))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != MCP_PATH:
+            await self.app(scope, receive, send)
+            return
+        sid = Headers(scope=scope).get("mcp-session-id")
+        if sid is not None:
+            if sid in self.lru:
+                self.lru.move_to_end(sid)
+            await self.app(scope, receive, send)
+            return
+        client = _client_of(scope)
+        if self.opening.get(client, 0) >= self.per_client:
+            await JSONResponse(
+                {"error": "too many sessions being opened at once from this client"}, 429
+            )(scope, receive, send)
+            return
+        self.opening[client] = self.opening.get(client, 0) + 1
+        try:
+            await self._make_room(client)
+
+            async def record(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    for name, value in message.get("headers", []):
+                        if name.lower() == b"mcp-session-id":
+                            self.lru[value.decode("latin-1")] = client
+                await send(message)
+
+            await self.app(scope, receive, record)
+        finally:
+            self.opening[client] -= 1
+            if not self.opening[client]:
+                del self.opening[client]
+
+    async def _make_room(self, client: str) -> None:
+        """Close sessions until ``client`` may open one more (see the class docstring)."""
+        open_ids = self._open_ids()
+        for gone in [s for s in self.lru if s not in open_ids]:  # expired, deleted, ended
+            del self.lru[gone]
+        pending = self.opening.get(client, 1) - 1  # others of this client, not yet recorded
+        while True:
+            own = [s for s, c in self.lru.items() if c == client]
+            if own and len(own) + pending >= self.per_client:
+                victim = own[0]
+            elif self.lru and len(self.lru) + sum(self.opening.values()) > self.total:
+                victim = next(iter(self.lru))
+            else:
+                return
+            del self.lru[victim]
+            transport = open_ids.get(victim)
+            if transport is not None:
+                log.info("closing MCP session %s…: its client opened too many", victim[:8])
+                await transport.terminate()
+
+
+def _client_of(scope: Scope) -> str:
+    """The client's address: what "one client" means without accounts."""
+    peer = scope.get("client")
+    return str(peer[0]) if peer else "unknown"
+
+
 def build_http_app(app: MCPServer, service: Service) -> ASGIApp:
     """The ASGI app: SDK Streamable HTTP at /mcp, GET /health, and the token check if configured."""
     settings = service.settings
@@ -177,10 +267,15 @@ def build_http_app(app: MCPServer, service: Service) -> ASGIApp:
         max_request_body_size=MAX_BODY_BYTES,
         transport_security=transport_security(settings),
         host=settings.host,
+        session_idle_timeout=settings.http_session_idle,
+        max_sessions=2 * MAX_SESSIONS,  # never reached: SessionGuard closes sessions first
+    )
+    guarded: ASGIApp = SessionGuard(
+        starlette_app, app, settings.http_sessions_per_client, MAX_SESSIONS
     )
     if not settings.http_token:
-        return starlette_app
-    return BearerAuth(starlette_app, settings.http_token, frozenset({HEALTH_PATH}))
+        return guarded
+    return BearerAuth(guarded, settings.http_token, frozenset({HEALTH_PATH}))
 
 
 def uvicorn_config(asgi: ASGIApp, settings: Settings) -> uvicorn.Config:

@@ -47,6 +47,8 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
         "CTX_HTTP_HOST": "0.0.0.0",
         "CTX_HTTP_PORT": "8080",
         "CTX_HTTP_TOKEN": "t",
+        "CTX_HTTP_SESSION_IDLE": "60",
+        "CTX_HTTP_SESSIONS_PER_CLIENT": "5",
         "CTX_AUDIT": "off",
         "CTX_TOOLS": "sessions",
     }
@@ -58,6 +60,7 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
     assert (s.llm_timeout, s.llm_enabled) == (7.5, False)
     assert (s.budget, s.chunk_tokens, s.chunk_overlap, s.token_ratio) == (2000, 400, 0, 0.3)
     assert (s.max_query_chars, s.max_query_terms) == (500, 9)
+    assert (s.http_session_idle, s.http_sessions_per_client) == (60.0, 5)
     assert s.max_file_mb == 64 and s.tools == "sessions"
     assert (s.transport, s.host, s.port, s.http_token, s.audit) == (
         "http",

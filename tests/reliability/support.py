@@ -151,7 +151,7 @@ def free_port() -> int:
 class Server:
     """A server subprocess, its data dir and base URL."""
 
-    def __init__(self, data: Path, token: str | None) -> None:
+    def __init__(self, data: Path, token: str | None, *extra: str) -> None:
         self.data = data
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -160,6 +160,7 @@ class Server:
         args += ["--data-dir", str(data), "--no-llm"]
         if token:
             args += ["--http-token", token]
+        args += extra
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
