@@ -26,6 +26,7 @@ from context_window.config import Settings
 from context_window.document_tools import register_document_tools
 from context_window.service import Service
 from context_window.session_tools import READ_ONLY, register_session_tools
+from context_window.stdio import serve_stdio
 from context_window.tokens import estimate
 
 SESSIONS_HOW = (
@@ -84,6 +85,11 @@ class SlimServer(MCPServer):
             if message.startswith(prefix):
                 raise ToolError(message[len(prefix) :]) from cause
             raise
+
+    async def run_stdio_async(self) -> None:
+        """stdio through ``context_window.stdio``: every request with an id is answered."""
+        low = self._lowlevel_server
+        await serve_stdio(low.run, low.create_initialization_options())
 
     async def list_tools(self) -> list[Tool]:
         """The registered tools, with :func:`slim_schema` applied to each input schema."""

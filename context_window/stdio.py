@@ -1,0 +1,151 @@
+"""stdio: every request that has an id gets an answer, even one the SDK cannot read.
+
+The SDK's stdio reader drops a line that does not validate as JSON-RPC 2.0 (a BOM,
+``"jsonrpc": "1.0"``, ``params`` given as an array, a lone surrogate in a string),
+so the client waits for an answer that never comes. Here each line is checked the
+way the SDK will check it, first: lines it accepts pass through unchanged; for the
+others the server answers a JSON-RPC error itself, with the request's id when the
+line is JSON enough to hold one (``null`` otherwise, as JSON-RPC 2.0 says), and
+one line on stderr says why. Notifications, which must not be answered, are only
+logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from io import TextIOWrapper
+from typing import Any, cast
+
+import anyio
+import mcp_types as types
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+log = logging.getLogger("context_window.stdio")
+
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
+_BOM = "\ufeff"
+
+
+def screen(line: str) -> str | types.JSONRPCError | None:
+    """``line`` if the SDK will accept it, else the error to answer (None: nothing to answer)."""
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        pass
+    else:
+        # An id the SDK cannot take (9.5, true) turns a request into a "notification" that
+        # it would never answer; anything else it accepts passes through as it came.
+        if not isinstance(message, types.JSONRPCNotification) or '"id"' not in line:
+            return line
+        raw = json.loads(line)
+        if not (isinstance(raw, dict) and "id" in raw):
+            return line
+    code, why, rid = _diagnose(line)
+    if rid is _NOTIFICATION:
+        log.warning("dropped a notification that is not valid JSON-RPC 2.0: %s", why)
+        return None
+    log.warning("answered an unreadable request with an error: %s", why)
+    request_id = rid if _usable_id(rid) else None
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=why)
+    )
+
+
+_NOTIFICATION = object()  # the line is a message without an id
+
+
+def _usable_id(rid: Any) -> bool:
+    return isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool))
+
+
+def _diagnose(line: str) -> tuple[int, str, Any]:
+    """(error code, reason, the id or _NOTIFICATION) for a line the SDK rejects."""
+    text = line.strip()
+    bom = text.startswith(_BOM)
+    try:
+        message = json.loads(text.lstrip(_BOM))
+    except ValueError:
+        return PARSE_ERROR, "Parse error: the line is not a JSON value", None
+    if isinstance(message, list):
+        return (
+            INVALID_REQUEST,
+            "Invalid Request: batches are not supported; one message a line",
+            None,
+        )
+    if not isinstance(message, dict):
+        return INVALID_REQUEST, "Invalid Request: a message must be a JSON object", None
+    rid = message.get("id", _NOTIFICATION)
+    if bom:
+        return (
+            PARSE_ERROR,
+            "Parse error: a byte order mark precedes the message; send plain UTF-8",
+            rid,
+        )
+    if message.get("jsonrpc") != "2.0":
+        return INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', rid
+    if rid is not _NOTIFICATION and not _usable_id(rid):
+        return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer", rid
+    if "method" in message and not isinstance(message["method"], str):
+        return INVALID_REQUEST, 'Invalid Request: "method" must be a string', rid
+    if "params" in message and not isinstance(message["params"], dict | None):
+        return INVALID_PARAMS, 'Invalid params: "params" must be an object', rid
+    try:
+        json.dumps(message, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return INVALID_PARAMS, "Invalid params: a string holds a lone surrogate (not Unicode)", rid
+    return (
+        INVALID_REQUEST,
+        "Invalid Request: not a JSON-RPC 2.0 request, response or notification",
+        rid,
+    )
+
+
+class _Unowned(TextIOWrapper):
+    """A text layer over stdin's buffer that never closes that buffer."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
+class ScreenedLines:
+    """The lines of stdin that the SDK will accept; errors for the others, to be sent."""
+
+    def __init__(self) -> None:
+        self.errors_in, self.errors = anyio.create_memory_object_stream[types.JSONRPCError](64)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        stdin = anyio.wrap_file(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        async with self.errors_in:
+            async for line in stdin:
+                if not line.strip():
+                    continue
+                verdict = screen(line)
+                if isinstance(verdict, str):
+                    yield verdict
+                elif verdict is not None:
+                    await self.errors_in.send(verdict)
+
+
+async def serve_stdio(run: Any, options: Any) -> None:
+    """Serve over stdin/stdout: ``run(read, write, options)`` is the SDK server's run."""
+    lines = ScreenedLines()
+    async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
+
+        async def answer_errors() -> None:
+            async with lines.errors:
+                async for error in lines.errors:
+                    await write_stream.send(SessionMessage(error))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer_errors)
+            await run(read_stream, write_stream, options)
+            tg.cancel_scope.cancel()
