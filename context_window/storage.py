@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -17,7 +18,13 @@ from typing import Any
 
 from context_window.errors import Busy, InvalidInput, StorageError
 
+log = logging.getLogger("context_window.storage")
+
 REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
+# Appended to a torn line to close it off: no JSON text ends in NUL, so the torn line can
+# never parse, even if all it lacked was its newline. A reader that had already skipped
+# the torn part sees this alone on its line and ignores it.
+_CLOSED = b"\x00"
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: "$" would allow a final \n
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -299,11 +306,15 @@ class Journal:
             return []
         data = os.pread(self._fd, size - self._offset, self._offset)
         end = data.rfind(b"\n") + 1
-        # Under the lock no writer is mid-line, so a tail without newline is torn.
+        # Under the lock no writer is mid-line, so a tail without newline is torn: a write
+        # that never finished, so never acknowledged. It is skipped even when it parses
+        # (every byte but the newline), and the next append closes it off unparseable.
         self._offset += len(data)
+        if end < len(data):
+            self.skipped += 1
         records: list[dict[str, Any]] = []
-        for line in data[:end].split(b"\n")[:-1] + ([data[end:]] if end < len(data) else []):
-            if not line.strip():
+        for line in data[:end].split(b"\n")[:-1]:
+            if not line.strip() or line == _CLOSED:
                 continue
             try:
                 rec = json.loads(line)
@@ -322,15 +333,33 @@ class Journal:
         assert self._fd is not None, "write needs the lock"
         payload = b"".join(jsonl_line(r) for r in records)
         if self._offset and os.pread(self._fd, 1, self._offset - 1) != b"\n":
-            payload = b"\n" + payload  # close off a torn line left by a crash
+            payload = _CLOSED + b"\n" + payload  # close off a torn line left by a crash
+        start = os.fstat(self._fd).st_size  # we hold the lock: nobody else writes
         try:
             written = os.write(self._fd, payload)
         except OSError as exc:
+            self._undo(start)
             raise StorageError(f"cannot append to {self.path}: {exc.strerror}") from exc
         if written != len(payload):
-            raise StorageError(f"short write to {self.path}: {written} of {len(payload)} bytes")
-        self._offset += written
+            # A short write (a full disk, a file size limit) left part of the lines: cut
+            # them off, or the next append would close the partial line into a record
+            # that the caller was told had failed.
+            self._undo(start)
+            raise StorageError(
+                f"cannot append to {self.path}: only {written} of {len(payload)} bytes "
+                "were written (is the disk full?); nothing was saved, try again"
+            )
+        self._offset = start + written
         self._note()
+
+    def _undo(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes after a failed append (under the lock)."""
+        assert self._fd is not None
+        try:
+            if os.fstat(self._fd).st_size > size:
+                os.ftruncate(self._fd, size)
+        except OSError as exc:  # the partial line stays; replay skips it as torn
+            log.error("cannot cut a failed append off %s: %s", self.path, exc.strerror)
 
 
 def jsonl_line(record: dict[str, Any]) -> bytes:

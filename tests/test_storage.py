@@ -133,7 +133,8 @@ def test_torn_last_line_is_skipped_and_closed_off_by_next_append(tmp_path: Path)
     assert records == [{"n": 1}]
     assert skipped == 1
     append(path, {"n": 3})
-    assert path.read_bytes() == b'{"n":1}\n{"n":2,"te\n{"n":3}\n'
+    # closed off with a NUL, so the torn line can never parse
+    assert path.read_bytes() == b'{"n":1}\n{"n":2,"te\x00\n{"n":3}\n'
     records, skipped = read_all(path)
     assert records == [{"n": 1}, {"n": 3}]
     assert skipped == 1
@@ -279,7 +280,7 @@ def test_session_with_torn_and_garbage_lines_still_serves(tmp_path: Path) -> Non
     new = session.append("gamma")
     assert new.seq == 3
     raw = (tmp_path / "sessions" / "s" / "entries.jsonl").read_bytes()
-    assert raw.endswith(b'"te\n' + line_of(raw, -1) + b"\n")
+    assert raw.endswith(b'"te\x00\n' + line_of(raw, -1) + b"\n")
     fresh = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]
     assert [e.text for e in fresh.entries()] == ["alpha", "beta", "gamma"]
     assert fresh.stats().skipped_lines == 4
