@@ -184,7 +184,8 @@ def _audit_journal(report: Report, path: Path) -> int:
         return 0
     entries: set[str] = set()
     seqs: dict[int, str] = {}
-    folded: dict[str, str] = {}
+    folded: dict[str, str] = {}  # entry -> the live summary folding it
+    folds: dict[str, list[str]] = {}  # summary -> the entries it folds
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -199,14 +200,38 @@ def _audit_journal(report: Report, path: Path) -> int:
         kind = rec.get("kind")
         if kind == "entry":
             _check_entry(report, where, rec, entries, seqs, folded)
+            folds[str(rec.get("id"))] = list(rec.get("replaces") or [])
         elif kind == "patch":
             if str(rec.get("id")) not in entries:
                 report.add(where, f"patch for unknown entry {rec.get('id')!r:.80} (orphan)")
+            elif isinstance(rec.get("deleted"), bool):
+                _refold(report, where, str(rec["id"]), rec["deleted"], folds, folded)
         elif kind == REWRITE and number == 1:
             continue  # the identity line a purge starts a rewritten log with
         else:
             report.add(where, f"unknown record kind {kind!r:.40}; skipped")
     return len(entries)
+
+
+def _refold(
+    report: Report,
+    where: str,
+    summary: str,
+    deleted: bool,
+    folds: dict[str, list[str]],
+    folded: dict[str, str],
+) -> None:
+    """A summary retired (an undone compaction) releases what it folds; redone, folds it again."""
+    for old in folds.get(summary, ()):
+        if deleted:
+            if folded.get(old) == summary:
+                del folded[old]
+        elif folded.get(old, summary) != summary:
+            report.add(
+                where, f"redone summary {summary} folds {old}, already folded by {folded[old]}"
+            )
+        else:
+            folded[old] = summary
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:

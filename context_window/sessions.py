@@ -251,9 +251,42 @@ class Session:
                     f"no entry {entry_id!r} in session {self.id!r}; "
                     "entry ids are shown by context_recall and context_append"
                 )
+            self._check_pins(entry_id, pinned, deleted)
             self.journal.write([patch])
             self._state.apply([patch])
         return self._entry(entry_id)
+
+    def _check_pins(self, entry_id: str, pinned: bool | None, deleted: bool | None) -> None:
+        """Refuse a change that would fold a pinned entry into a summary.
+
+        Redoing an undone compaction (``deleted=False`` on its summary) folds its
+        originals again: not if one was pinned since, or folded by a later summary.
+        Pinning an entry a live summary folds would leave a pin nobody sees.
+        """
+        state = self._state
+        rec = state.records[entry_id]
+        if deleted is False and rec["deleted"] and rec["replaces"]:
+            for old in rec["replaces"]:
+                other = state.records.get(old)
+                if other is None:
+                    continue
+                if other["pinned"]:
+                    raise InvalidInput(
+                        f"cannot redo compaction {entry_id}: entry {old} it folded was pinned "
+                        "since, and pinned entries are never folded; unpin it first"
+                    )
+                later = [s for s in state.live_replacers(old) if s != entry_id]
+                if later:
+                    raise InvalidInput(
+                        f"cannot redo compaction {entry_id}: entry {old} it folded is now "
+                        f"folded by {later[0]}; undo that one first"
+                    )
+        if pinned and rec["superseded"]:
+            folder = (state.live_replacers(entry_id) or ["a summary"])[0]
+            raise InvalidInput(
+                f"entry {entry_id} is folded into {folder}: context_uncompact("
+                f"compaction_id={folder!r}) first, then pin it"
+            )
 
     def plan_compaction(self, keep_recent: int) -> CompactionPlan:
         """Live unpinned entries older than the ``keep_recent`` most recent live ones."""

@@ -80,6 +80,7 @@ class SessionState:
                 eid = target["id"]
                 if isinstance(rec.get("pinned"), bool):
                     self.set_flag(eid, "pinned", rec["pinned"])
+                    self.resolve_superseded(eid)
                 if isinstance(rec.get("superseded"), bool):
                     self.explicit[eid] = rec["superseded"]
                     self.resolve_superseded(eid)
@@ -141,12 +142,17 @@ class SessionState:
                 self.resolve_superseded(old)
 
     def resolve_superseded(self, eid: str) -> None:
-        """Superseded = an explicit patch's value, else whether a live summary replaces it."""
+        """Superseded = an explicit patch's value, else whether a live summary replaces it.
+
+        A pinned entry is never superseded: pins are never folded, even by a log that
+        an older version wrote (the summary then repeats it; nothing is hidden).
+        """
         if eid not in self.records:
             return
         value = self.explicit.get(eid)
         if value is None:
             value = bool(self.live_replacers(eid))
+        value = value and not self.records[eid]["pinned"]
         self.set_flag(eid, "superseded", value)
 
     def set_flag(self, eid: str, key: str, value: bool) -> None:
