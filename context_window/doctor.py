@@ -22,7 +22,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from context_window.errors import StorageError
-from context_window.storage import REWRITE, Journal, is_valid_id, read_json
+from context_window.storage import (
+    REWRITE,
+    Journal,
+    is_valid_id,
+    read_json,
+    replaced_name,
+    work_is_live,
+)
 
 # Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
 _INDEX_ARRAYS: dict[str, int | None] = {
@@ -122,8 +129,20 @@ def _leftover_temps(report: Report, directory: Path) -> None:
     for p in sorted(directory.iterdir()):
         if p.name == "meta.json.corrupt":
             report.add(p, "a damaged meta.json the server set aside and rebuilt; inspect, delete")
-        elif p.name.startswith((".trash-", ".old-")):
-            report.add(p, "leftover directory of a replaced or forgotten document")
+        elif replaced_name(p) is not None and p.is_dir():
+            name = replaced_name(p)
+            if (directory / str(name)).exists():
+                report.add(p, f"earlier version of {name}, left by a completed replace; delete")
+            else:
+                report.add(
+                    p,
+                    f"{name} itself: a replace of it was interrupted; the next server start "
+                    "puts it back (do not delete)",
+                )
+        elif p.name.startswith(".trash-"):
+            report.add(p, "leftover directory of a forgotten document")
+        elif p.name.startswith(".tmp-") and (p.name.endswith(".lock") or work_is_live(p)):
+            continue  # work a living process is doing, or the lock that says so
         elif p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.startswith(".tmp")):
             kind = "directory (an interrupted ingest)" if p.is_dir() else "file"
             report.add(p, f"leftover temporary {kind}; never read, safe to delete")

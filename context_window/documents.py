@@ -9,7 +9,6 @@ texts are read from ``chunks.jsonl`` by byte offset, never the whole file.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import secrets
@@ -48,7 +47,10 @@ from context_window.storage import (
     check_id,
     new_id,
     read_json,
+    recover_replaced,
     replace_dir,
+    sweep_work,
+    work_dir,
     write_json_atomic,
 )
 from context_window.textindex import Analyzer, QueryLimits
@@ -95,18 +97,9 @@ class DocumentStore:
         """Remove hidden work directories left by a crash long ago."""
         if not self.root.is_dir():
             return
-        for p in self.root.iterdir():
-            if p.name.startswith(".old-"):  # a replace killed between its two renames
-                doc_id = p.name[len(".old-") :].rsplit("-", 1)[0]
-                if not (self.root / doc_id).exists() and (p / "meta.json").is_file():
-                    with contextlib.suppress(OSError):
-                        p.rename(self.root / doc_id)
-                        continue
-                shutil.rmtree(p, ignore_errors=True)
-            elif p.name.startswith((".tmp-", ".trash-")):
-                with contextlib.suppress(OSError):
-                    if time.time() - p.stat().st_mtime > STALE_SECONDS:
-                        shutil.rmtree(p, ignore_errors=True)
+        for doc_id in recover_replaced(self.root):  # a replace killed between its renames
+            log.warning("restored document %r: a replace of it was interrupted", doc_id)
+        sweep_work(self.root, STALE_SECONDS)
 
     def _meta(self, doc_id: str) -> dict[str, Any] | None:
         meta = read_json(self.root / doc_id / "meta.json")
@@ -190,20 +183,22 @@ class DocumentStore:
         spec = BuildSpec(
             doc.id, doc.title, doc.source, doc.sha256, tokens, overlap, ratio, len(data) + 1
         )
-        work = self.root / f".tmp-{doc.id}-{secrets.token_hex(4)}"
-        try:
-            built = build(work, spec, [data])
-            if built["chunks"] != meta.get("chunks"):
-                raise StorageError(f"document {doc.id!r} re-chunked differently; ingest it again")
-            for name in ("summaries.jsonl", "cursors"):
-                if (folder / name).exists():
-                    copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
-                    copy(folder / name, work / name)
-            write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
-            self._commit(work, doc.id)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+        with work_dir(self.root, doc.id) as work:
+            try:
+                built = build(work, spec, [data])
+                if built["chunks"] != meta.get("chunks"):
+                    raise StorageError(
+                        f"document {doc.id!r} re-chunked differently; ingest it again"
+                    )
+                for name in ("summaries.jsonl", "cursors"):
+                    if (folder / name).exists():
+                        copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
+                        copy(folder / name, work / name)
+                write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
+                self._commit(work, doc.id)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
 
     def _drop(self, doc_id: str) -> None:
         cached = self._tables.pop(doc_id, None)
@@ -271,18 +266,18 @@ class DocumentStore:
             self.max_chars if file_path is None else self.max_file_bytes,
             mtime_ns,
         )
-        work = self.root / f".tmp-{final_id}-{secrets.token_hex(4)}"
         holder = [data]
         del data
         kept: Kept | None = None
-        try:
-            build(work, spec, holder, progress)
-            if old_meta is not None:
-                kept = self._carry_over(self.root / final_id, work)
-            replaced = self._commit(work, final_id)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+        with work_dir(self.root, final_id) as work:
+            try:
+                build(work, spec, holder, progress)
+                if old_meta is not None:
+                    kept = self._carry_over(self.root / final_id, work)
+                replaced = self._commit(work, final_id)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
         doc = self.get(final_id)
         dup = same.id if same is not None else None
         return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)

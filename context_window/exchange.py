@@ -15,7 +15,6 @@ import contextlib
 import json
 import math
 import os
-import secrets
 import shutil
 import tempfile
 import time
@@ -46,6 +45,7 @@ from context_window.storage import (
     jsonl_line,
     read_json,
     replace_dir,
+    work_dir,
     write_json_atomic,
 )
 from context_window.tokens import TokenCounter
@@ -226,26 +226,27 @@ def _import_session(
             "a record holds text that is not valid Unicode; nothing imported"
         ) from None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        work = root / f".tmp-import-{sid}-{secrets.token_hex(4)}"
-        work.mkdir()
+        with work_dir(root, f"import-{sid}") as work:  # its lock marks the import live
+            replaced = _write_session(work, final, payload, meta)
     except OSError as exc:
-        raise StorageError(f"cannot write to {root}: {exc.strerror}") from exc
+        raise StorageError(f"cannot write session {sid!r} to {root}: {exc.strerror}") from exc
+    entries = sum(1 for r in archive.records if r.get("kind") == "entry")
+    return Imported("session", sid, str(meta["title"]), entries, replaced)
+
+
+def _write_session(work: Path, final: Path, payload: bytes, meta: dict[str, Any]) -> bool:
+    """Build a session directory in ``work`` and move it to ``final``; True if it replaced one."""
     try:
+        work.mkdir()
         with (work / "entries.jsonl").open("wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         write_json_atomic(work / "meta.json", meta)
-        replaced = _move_into_place(work, final)
-    except OSError as exc:
-        shutil.rmtree(work, ignore_errors=True)
-        raise StorageError(f"cannot write session {sid!r}: {exc.strerror}") from exc
+        return _move_into_place(work, final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    entries = sum(1 for r in archive.records if r.get("kind") == "entry")
-    return Imported("session", sid, str(meta["title"]), entries, replaced)
 
 
 def _number(value: Any, default: float) -> float:

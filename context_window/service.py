@@ -85,6 +85,7 @@ class Service:
         self.summarizer = Summarizer(self.counter, self.llm)
         limits = QueryLimits(settings.max_query_chars, settings.max_query_terms)
         self.sessions = SessionStore(settings.data_dir, self.counter, clock, limits)
+        self.sessions.recover()
         self.documents = DocumentStore(
             settings.data_dir,
             self.counter,

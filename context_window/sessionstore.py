@@ -8,17 +8,29 @@ reports the repair in the session's status.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 from context_window.errors import InvalidInput, NotFound
 from context_window.models import SessionInfo
 from context_window.sessions import Clock, Session, updated_time
-from context_window.storage import check_id, new_id, read_json, write_json_atomic
+from context_window.storage import (
+    check_id,
+    new_id,
+    read_json,
+    recover_replaced,
+    sweep_work,
+    write_json_atomic,
+)
 from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter
 
 MAX_TITLE_CHARS = 200
+
+
+log = logging.getLogger("context_window")
+STALE_SECONDS = 3600.0  # a work directory of an older release, without an owner lock
 
 
 class SessionStore:
@@ -36,6 +48,18 @@ class SessionStore:
         self.clock = clock
         self.limits = limits
         self._open: dict[str, Session] = {}
+
+    def recover(self) -> list[str]:
+        """Put back every session whose replace (an import) a crash interrupted.
+
+        An explicit step at start-up (``Service`` takes it), never a side effect of
+        reading: the CLI's read-only commands only report such a session (doctor).
+        """
+        restored = recover_replaced(self.root)
+        sweep_work(self.root, STALE_SECONDS)  # imports a crash interrupted
+        for sid in restored:
+            log.warning("restored session %r: a replace of it (an import) was interrupted", sid)
+        return restored
 
     def ids(self) -> list[str]:
         """Ids of the sessions on disk."""

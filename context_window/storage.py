@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import sys
 import tempfile
 import threading
@@ -81,20 +82,78 @@ def replace_dir(work: Path, final: Path) -> Path | None:
 
     An existing ``final`` is first renamed to ``.old-<name>-<random>`` beside it, and
     renamed back if the second rename fails (the OSError propagates). The caller
-    deletes the returned directory. A crash between the two renames leaves the
-    ``.old-`` directory behind, which is how a start-up sweep can restore it.
+    deletes the returned directory. Both renames happen under the directory's replace
+    lock, so :func:`recover_replaced` never mistakes a replace in progress for one a
+    crash interrupted; after a crash between them, it puts the earlier version back.
     """
-    old = None
-    if final.exists():
-        old = final.with_name(f".old-{final.name}-{secrets.token_hex(4)}")
-        final.rename(old)
+    with replace_lock(final.parent):
+        old = None
+        if final.exists():
+            old = final.with_name(f"{OLD_PREFIX}{final.name}-{secrets.token_hex(4)}")
+            final.rename(old)
+        try:
+            work.rename(final)
+        except OSError:
+            if old is not None:
+                old.rename(final)
+            raise
+        return old
+
+
+OLD_PREFIX = ".old-"
+
+
+@contextlib.contextmanager
+def replace_lock(root: Path) -> Iterator[None]:
+    """Hold ``root``'s replace lock across processes: a flock on the directory itself,
+    so no lock file is left in it."""
+    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
+        yield
+        return
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        work.rename(final)
-    except OSError:
-        if old is not None:
-            old.rename(final)
-        raise
-    return old
+        _lock_fd(fd, f"{root.name} (a replace in progress)", 6 * LOCK_WAIT_SECONDS)
+        try:
+            yield
+        finally:
+            _unlock_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def replaced_name(path: Path) -> str | None:
+    """The name a ``.old-<name>-<hex>`` directory was set aside from, else None."""
+    if not path.name.startswith(OLD_PREFIX):
+        return None
+    name = path.name[len(OLD_PREFIX) :].rsplit("-", 1)[0]
+    return name or None
+
+
+def recover_replaced(root: Path) -> list[str]:
+    """Finish every replace in ``root`` that a crash interrupted; return what was restored.
+
+    A ``.old-<name>-…`` directory whose ``<name>`` is missing is the earlier version of a
+    replace killed between its two renames: it is renamed back. One whose ``<name>``
+    exists is what a completed replace left to delete: it is deleted.
+    """
+    if not root.is_dir() or not any(replaced_name(p) for p in root.iterdir()):
+        return []
+    restored: list[str] = []
+    with replace_lock(root):
+        for p in sorted(root.iterdir()):
+            name = replaced_name(p)
+            if name is None or not p.is_dir():
+                continue
+            if not (root / name).exists():
+                try:
+                    p.rename(root / name)
+                    restored.append(name)
+                    continue
+                except OSError as exc:
+                    log.error("cannot restore %s from %s: %s", name, p, exc.strerror)
+                    continue
+            shutil.rmtree(p, ignore_errors=True)
+    return restored
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -376,3 +435,87 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+WORK_PREFIX = ".tmp-"
+_OWNER = ".lock"  # beside each work directory: locked by the process doing the work
+
+
+@contextlib.contextmanager
+def work_dir(root: Path, name: str) -> Iterator[Path]:
+    """A fresh hidden path ``root/.tmp-<name>-<hex>`` for work in progress, marked live.
+
+    The lock file ``<path>.lock`` beside it is created and flock-ed before the work
+    starts and released when the block ends, so :func:`sweep_work` can tell work a
+    living process is doing (even one stopped or asleep, with a clock far off) from
+    what a crash left. The caller creates the directory and removes it on failure.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    work = root / f"{WORK_PREFIX}{name}-{secrets.token_hex(4)}"
+    owner = work.with_name(work.name + _OWNER)
+    fd = os.open(owner, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        _lock_fd(fd, str(owner))
+        yield work
+    finally:
+        with contextlib.suppress(OSError):
+            owner.unlink()
+        os.close(fd)
+
+
+def work_is_live(work: Path) -> bool | None:
+    """Whether a living process holds ``work``'s owner lock; None without a lock file."""
+    owner = work.with_name(work.name + _OWNER)
+    try:
+        fd = os.open(owner, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return True  # cannot tell: leave it alone
+    try:
+        if sys.platform == "win32":  # pragma: no cover - no non-blocking probe here
+            return True
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def sweep_work(root: Path, legacy_seconds: float) -> list[str]:
+    """Remove work directories (and their lock files) whose owner is gone; return their names.
+
+    Liveness is the owner's lock, never a timestamp: a process whose clock is an hour
+    ahead, or that wakes from sleep, cannot take another's live work for a leftover.
+    Only a work directory without a lock file (an older release's) falls back to its
+    age. ``.trash-`` directories are what a finished delete left: always removed.
+    """
+    if not root.is_dir():
+        return []
+    removed: list[str] = []
+    for p in sorted(root.iterdir()):
+        if p.name.startswith(".trash-") and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+        elif p.name.startswith(WORK_PREFIX) and p.name.endswith(_OWNER) and not p.is_dir():
+            work = p.with_name(p.name[: -len(_OWNER)])
+            if not work.exists() and work_is_live(work) is False:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        elif p.name.startswith(WORK_PREFIX) and p.is_dir():
+            live = work_is_live(p)
+            try:
+                stale = time.time() - p.stat().st_mtime > legacy_seconds
+            except OSError:
+                continue
+            if live is False or (live is None and stale):
+                shutil.rmtree(p, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    p.with_name(p.name + _OWNER).unlink()
+                removed.append(p.name)
+    return removed

@@ -9,6 +9,7 @@ whatever the parent reads from the pipe was durable in the log when printed.
     child_writer.py burst    DATA SESSION N TAG         wait for "go" on stdin, append N, exit
     child_writer.py ingest   DATA DOC_ID SEED           ingest the same doc id until killed
     child_writer.py die-at   DATA DOC_ID STAGE          die at one stage of a replace or forget
+    child_writer.py import-die DATA SESSION FILE        import --replace, die between renames
 """
 
 from __future__ import annotations
@@ -159,6 +160,26 @@ def run_die_at(data: Path, doc_id: str, stage: str) -> None:
     ack("I survived")
 
 
+def run_import_die(data: Path, sid: str, export: Path) -> None:
+    """Import ``export`` over session ``sid`` and die by SIGKILL between the two renames."""
+    import os
+    import signal
+
+    from context_window.exchange import import_file
+
+    real_rename = Path.rename
+
+    def rename_then_die(self: Path, target: Path | str) -> Path:
+        moved = real_rename(self, target)
+        if self.name == sid:  # the live session was just moved out of the way
+            os.kill(os.getpid(), signal.SIGKILL)
+        return moved
+
+    Path.rename = rename_then_die  # type: ignore[method-assign,assignment]
+    import_file(export, data, replace=True)
+    ack("I survived")
+
+
 def main() -> None:
     mode, data, name = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     if mode == "append":
@@ -171,6 +192,8 @@ def main() -> None:
         run_burst(data, name, int(sys.argv[4]), sys.argv[5])
     elif mode == "die-at":
         run_die_at(data, name, sys.argv[4])
+    elif mode == "import-die":
+        run_import_die(data, name, Path(sys.argv[4]))
     elif mode == "ingest":
         run_ingest(data, name, int(sys.argv[4]))
     else:

@@ -80,7 +80,7 @@ DOC_DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
     ),
     "trash left": (
         lambda d: (d / ".trash-d2-abcd1234").mkdir(),
-        "leftover directory of a replaced or forgotten document",
+        "leftover directory of a forgotten document",
     ),
     "stray file": (lambda d: (d / "notes.txt").write_text("x"), "not a document directory"),
 }

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from context_window.errors import InvalidInput
 from context_window.models import ROLES, Entry
 from context_window.service import Service
 
@@ -74,8 +76,23 @@ class Model:
         self.folded_by[entry.id] = []
 
     def superseded(self, eid: str) -> bool:
-        """Folded into a summary that is not deleted (deleting a summary restores its originals)."""
-        return any(not self.deleted[s] for s in self.folded_by[eid])
+        """Folded into a summary that is not deleted (deleting a summary restores its originals);
+        never when pinned (pins are never folded)."""
+        return any(not self.deleted[s] for s in self.folded_by[eid]) and not self.pinned[eid]
+
+    def refuses(self, eid: str, pinned: bool | None, deleted: bool | None) -> bool:
+        """Whether an update would fold a pinned entry: pinning a folded entry, or redoing a
+        compaction whose original was pinned since or is folded by another summary."""
+        if pinned and self.superseded(eid):
+            return True
+        if deleted is False and self.deleted[eid] and self.folds.get(eid):
+            for old in self.folds[eid]:
+                others = [
+                    s for s in self.folded_by.get(old, []) if s != eid and not self.deleted[s]
+                ]
+                if self.pinned.get(old) or others:
+                    return True
+        return False
 
     def live(self, eid: str) -> bool:
         return not self.deleted[eid] and not self.superseded(eid)
@@ -110,6 +127,10 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
             model.add(session.append(text, role, tags, pinned))
         elif op[0] == "patch" and model.order:
             eid = model.order[op[1] % len(model.order)]
+            if model.refuses(eid, op[2], op[3]):
+                with pytest.raises(InvalidInput):
+                    session.update(eid, pinned=op[2], deleted=op[3])
+                continue
             entry = session.update(eid, pinned=op[2], deleted=op[3])
             if op[2] is not None:
                 model.pinned[eid] = op[2]
