@@ -31,6 +31,7 @@ from typing import Any
 
 from context_window.errors import InvalidInput
 from context_window.models import Entry
+from context_window.records import entry_problem, patch_problem, time_problems
 
 SESSION_FORMAT = "context-window/session"
 DOCUMENT_FORMAT = "context-window/document"
@@ -65,16 +66,18 @@ def invalid_record(record: Any, entry_ids: set[str]) -> str:
         return "not a JSON object"
     kind, rid = record.get("kind"), record.get("id")
     if kind == "entry":
-        if not isinstance(rid, str) or not rid:
-            return "an entry without an id"
+        problem = entry_problem(record) or "; ".join(time_problems(record))
+        if problem:
+            return problem
         if rid in entry_ids:
-            return f"a second entry with id {rid!r}"
-        if not isinstance(record.get("text"), str):
-            return f"entry {rid!r} has no text"
-        entry_ids.add(rid)
+            return f"a second entry with id {rid!r:.80}"
+        entry_ids.add(str(rid))
         return ""
     if kind == "patch":
-        if not isinstance(rid, str) or rid not in entry_ids:
+        patch = patch_problem(record)
+        if patch:
+            return patch
+        if rid not in entry_ids:
             return f"a patch for an unknown entry {rid!r:.80}"
         return ""
     return f"unknown record kind {kind!r:.40}"
@@ -224,11 +227,19 @@ def parse(data: str, name: str = "the file") -> SessionArchive | DocumentArchive
     return SessionArchive(header, tuple(_markdown_records(rest.split("\n"), name)))
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 def _load(text: str, name: str, line: int) -> dict[str, Any]:
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{name}: line {line} is not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError):
+        raise InvalidInput(
+            f"{name}: line {line} is not valid JSON (NaN or nested too deep)"
+        ) from None
     if not isinstance(obj, dict):
         raise InvalidInput(f"{name}: line {line} is not a JSON object")
     return obj

@@ -15,7 +15,7 @@ from typing import Any
 
 from context_window.doctables import DocInfo
 from context_window.documents import DocumentStore
-from context_window.errors import InvalidInput, NotFound
+from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Entry, Hit, SessionInfo, SessionStats
 from context_window.sessions import Session
 from context_window.sessionstore import SessionStore
@@ -85,6 +85,7 @@ class Catalog:
 
     def __init__(self, data_dir: Path, counter: TokenCounter) -> None:
         self.data_dir = data_dir
+        self.unreadable: dict[str, str] = {}  # session id -> why it was skipped
         self.counter = counter
         self._sessions = SessionStore(data_dir, counter)
         self._documents: DocumentStore | None = None
@@ -120,8 +121,19 @@ class Catalog:
         rows = []
         for info in self._sessions.list():
             if is_valid_id(info.id):
-                rows.append(SessionRow(info, self.session(info.id).stats()))
+                session = self._readable(info.id)
+                if session is not None:
+                    rows.append(SessionRow(info, session.stats()))
         return rows
+
+    def _readable(self, session_id: str) -> Session | None:
+        """A session for a listing or a search; None (noted in ``unreadable``) if it cannot
+        be read, so one damaged session never hides the others."""
+        try:
+            return self.session(session_id)
+        except StorageError as exc:
+            self.unreadable[session_id] = str(exc)
+            return None
 
     def entries(self, session: Session, *, everything: bool = False) -> list[Entry]:
         """Live entries in time order; with ``everything`` superseded, expired, deleted too."""
@@ -160,7 +172,10 @@ class Catalog:
         if session_id is not None or doc_id is None:
             ids = [session_id] if session_id is not None else self.session_ids()
             for sid in ids:
-                session = self.session(sid)
+                maybe = self.session(sid) if session_id is not None else self._readable(sid)
+                if maybe is None:
+                    continue
+                session = maybe
                 recall = session.recall(query, SEARCH_BUDGET)  # no limit: pinned come first
                 hits = [
                     EntryHit(sid, session.title, e, recall.scores[e.id])

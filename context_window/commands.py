@@ -63,9 +63,20 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 def _sessions(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window import views
 
-    rows = _catalog(settings).sessions()
+    catalog = _catalog(settings)
+    rows = catalog.sessions()
     _json(views.sessions_json(rows)) if ns.json else _out(views.sessions_view(rows))
+    _note_unreadable(catalog)
     return 0
+
+
+def _note_unreadable(catalog: Catalog) -> None:
+    """One stderr line per session a listing or search had to skip."""
+    for sid, why in sorted(catalog.unreadable.items()):
+        sys.stderr.write(
+            f"context-window: skipped session {sid!r}, unreadable: {why} "
+            "(see context-window doctor)\n"
+        )
 
 
 def _show_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,10 +119,10 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
 def _search(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window import views
 
-    found = _catalog(settings).search(
-        ns.query, session_id=ns.session, doc_id=ns.doc, limit=ns.limit
-    )
+    catalog = _catalog(settings)
+    found = catalog.search(ns.query, session_id=ns.session, doc_id=ns.doc, limit=ns.limit)
     _json(views.search_json(found)) if ns.json else _out(views.search_view(found))
+    _note_unreadable(catalog)
     return 0
 
 

@@ -13,7 +13,6 @@ so beside a live server it never mistakes a line being written for a torn one.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from context_window.errors import StorageError
+from context_window.records import entry_problem, parse_line, patch_problem, time_problems
 from context_window.storage import (
     REWRITE,
     Journal,
@@ -220,6 +220,8 @@ def _audit_journal(report: Report, path: Path) -> int:
         if kind == "entry":
             _check_entry(report, where, rec, entries, seqs, folded)
             folds[str(rec.get("id"))] = list(rec.get("replaces") or [])
+        elif kind == "patch" and patch_problem(rec) is not None:
+            report.add(where, f"{patch_problem(rec)}; skipped")
         elif kind == "patch":
             if str(rec.get("id")) not in entries:
                 report.add(where, f"patch for unknown entry {rec.get('id')!r:.80} (orphan)")
@@ -254,11 +256,7 @@ def _refold(
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
+    return parse_line(line)
 
 
 def _check_entry(
@@ -269,10 +267,13 @@ def _check_entry(
     seqs: dict[int, str],
     folded: dict[str, str],
 ) -> None:
-    eid, text = rec.get("id"), rec.get("text")
-    if not isinstance(eid, str) or not isinstance(text, str):
-        report.add(where, "entry without a string id and text; skipped")
+    problem = entry_problem(rec)
+    if problem is not None:
+        report.add(where, f"{problem}; skipped")
         return
+    for what in time_problems(rec):
+        report.add(where, f"{what}; read as unknown")
+    eid = str(rec["id"])
     if eid in entries:
         report.add(where, f"duplicate entry id {eid}; the later record is skipped")
         return

@@ -39,6 +39,7 @@ from context_window.chunking import recorded_chunk_settings
 from context_window.docingest import encode_text, sha256_of
 from context_window.documents import MAX_CHARS, DocumentStore
 from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.records import time_or_none
 from context_window.sandbox import decode_utf8
 from context_window.storage import (
     check_id,
@@ -94,13 +95,22 @@ def export_session(catalog: Catalog, session_id: str, fmt: str, out: TextIO) -> 
     session = catalog.session(session_id)
     records, unreadable = read_journal(session.journal.path)
     seen: set[str] = set()
-    kept = [r for r in records if not invalid_record(r, seen)]
+    # A time that is not a time reads as unknown on replay: the export leaves it out, so
+    # that the file imports back (an import refuses such times).
+    kept = [r for r in (_known_times(r) for r in records) if not invalid_record(r, seen)]
     if fmt == "jsonl":
         out.writelines(session_jsonl(session.meta, kept))
     else:
         states = {e.id: e for e in catalog.entries(session, everything=True)}
         out.writelines(session_markdown(session.meta, kept, states))
     return Exported("session", session.id, len(kept), unreadable + len(records) - len(kept))
+
+
+def _known_times(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without the time fields that are not times (see ``records``)."""
+    bad = [k for k in ("created_at", "expires_at") if k in record and record[k] is not None]
+    bad = [k for k in bad if time_or_none(record[k]) is None]
+    return {k: v for k, v in record.items() if k not in bad} if bad else record
 
 
 def export_document(catalog: Catalog, doc_id: str, fmt: str, out: TextIO) -> Exported:

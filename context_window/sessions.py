@@ -37,6 +37,7 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.packing import pack
+from context_window.records import time_or_none
 from context_window.sessionstate import SessionState
 from context_window.storage import Journal, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
@@ -537,8 +538,8 @@ class Session:
 
 def updated_time(journal: Path, meta: dict[str, Any]) -> float:
     """The later of the journal's mtime and meta's updated_at/created_at."""
-    stamps = [meta.get("updated_at"), meta.get("created_at")]
-    best = max((float(t) for t in stamps if isinstance(t, int | float)), default=0.0)
+    stamps = [time_or_none(meta.get("updated_at")), time_or_none(meta.get("created_at"))]
+    best = max((t for t in stamps if t is not None), default=0.0)
     try:
         return max(best, journal.stat().st_mtime)
     except FileNotFoundError:

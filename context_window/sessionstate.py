@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.models import Entry
+from context_window.records import entry_problem, patch_problem, time_or_none
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
@@ -73,6 +74,9 @@ class SessionState:
             if kind == "entry":
                 self._add_entry(rec, texts)
             elif kind == "patch":
+                if patch_problem(rec) is not None:
+                    self.skipped += 1
+                    continue
                 target = self.records.get(str(rec.get("id")))
                 if target is None:
                     self.orphans += 1
@@ -99,22 +103,23 @@ class SessionState:
                 self.index.add(self.analyzer.counts(text))
 
     def _add_entry(self, rec: dict[str, Any], texts: list[str]) -> None:
-        eid, text = rec.get("id"), rec.get("text")
-        if not isinstance(eid, str) or not isinstance(text, str) or eid in self.records:
+        if entry_problem(rec) is not None or rec["id"] in self.records:
             self.skipped += 1
             return
+        eid, text = str(rec["id"]), str(rec["text"])
         seq = rec.get("seq")
         seq = seq if isinstance(seq, int) else self.max_seq + 1
         raw_tags = rec.get("tags")
         raw_replaces = rec.get("replaces")
         tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
         replaces = tuple(str(r) for r in raw_replaces) if isinstance(raw_replaces, list) else ()
-        stamp = rec.get("created_at")  # a hand-edited line must not make the session unreadable
-        expires = rec.get("expires_at")
+        # A hand-edited time must not make the session unreadable: it reads as unknown.
+        stamp = time_or_none(rec.get("created_at"))
+        expires = time_or_none(rec.get("expires_at"))
         state: dict[str, Any] = {
             "id": eid,
             "seq": seq,
-            "created_at": float(stamp) if isinstance(stamp, int | float) else 0.0,
+            "created_at": stamp if stamp is not None else 0.0,
             "role": str(rec.get("role") or "note"),
             "text": text,
             "tokens": self.counter.count(text),
@@ -123,7 +128,7 @@ class SessionState:
             "deleted": False,
             "superseded": False,
             "replaces": replaces,
-            "expires_at": float(expires) if isinstance(expires, int | float) else None,
+            "expires_at": expires,
         }
         self.records[eid] = state
         self.pos[eid] = len(self.order)

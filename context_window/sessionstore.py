@@ -14,6 +14,7 @@ from pathlib import Path
 
 from context_window.errors import InvalidInput, NotFound
 from context_window.models import SessionInfo
+from context_window.records import time_or_none
 from context_window.sessions import Clock, Session, updated_time
 from context_window.storage import (
     check_id,
@@ -132,8 +133,8 @@ class SessionStore:
             out.append(
                 SessionInfo(
                     id=sid,
-                    title=str(meta.get("title") or sid),
-                    created_at=float(meta.get("created_at") or 0.0),
+                    title=meta["title"] if isinstance(meta.get("title"), str) else sid,
+                    created_at=time_or_none(meta.get("created_at")) or 0.0,
                     updated_at=updated,
                 )
             )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from context_window.errors import Busy, InvalidInput, StorageError
+from context_window.records import parse_line
 
 log = logging.getLogger("context_window.storage")
 
@@ -375,12 +376,8 @@ class Journal:
         for line in data[:end].split(b"\n")[:-1]:
             if not line.strip() or line == _CLOSED:
                 continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                self.skipped += 1
-                continue
-            if not isinstance(rec, dict):
+            rec = parse_line(line)
+            if rec is None:
                 self.skipped += 1
             elif rec.get("kind") != REWRITE:
                 records.append(rec)

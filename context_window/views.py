@@ -15,6 +15,7 @@ from context_window.archive import entry_flags
 from context_window.catalog import Found, SessionRow
 from context_window.doctables import DocInfo
 from context_window.models import Entry, Purged
+from context_window.records import time_or_none
 from context_window.sessions import Session
 
 WIDTH = 80
@@ -24,7 +25,8 @@ SNIPPET_LINES = 3
 
 def when(stamp: float) -> str:
     """A local time to the minute, or '-' when unknown."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)) if stamp > 0 else "-"
+    usable = time_or_none(stamp)
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(usable)) if usable else "-"
 
 
 def _fit(text: str, width: int) -> str:

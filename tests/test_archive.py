@@ -122,7 +122,7 @@ GOOD = "".join(session_jsonl(META, [entry("e1", "x")]))
         (GOOD + "[1]\n", "line 3 is not a JSON object"),
         (GOOD + '{"kind":"patch","id":"nope"}\n', "unknown entry"),
         (GOOD + json.dumps(entry("e1", "again")) + "\n", "second entry"),
-        (GOOD + '{"kind":"entry","id":"e2"}\n', "has no text"),
+        (GOOD + '{"kind":"entry","id":"e2"}\n', "without a string id and text"),
         (GOOD + '{"kind":"mystery","id":"e2"}\n', "unknown record kind"),
         (markdown([entry("e1", "x")]).replace("\n````", "\n```").rsplit("```", 1)[0], "not closed"),
         (markdown([entry("e1", "x")]).split("```")[0], "has no fenced text"),
