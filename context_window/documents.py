@@ -49,6 +49,7 @@ from context_window.storage import (
     read_json,
     recover_replaced,
     replace_dir,
+    storage_error,
     sweep_work,
     work_dir,
     write_json_atomic,
@@ -269,15 +270,21 @@ class DocumentStore:
         holder = [data]
         del data
         kept: Kept | None = None
-        with work_dir(self.root, final_id) as work:
-            try:
-                build(work, spec, holder, progress)
-                if old_meta is not None:
-                    kept = self._carry_over(self.root / final_id, work)
-                replaced = self._commit(work, final_id)
-            except BaseException:
-                shutil.rmtree(work, ignore_errors=True)
-                raise
+        made = not self.root.exists()
+        try:
+            with work_dir(self.root, final_id) as work:
+                try:
+                    build(work, spec, holder, progress)
+                    if old_meta is not None:
+                        kept = self._carry_over(self.root / final_id, work)
+                    replaced = self._commit(work, final_id)
+                except BaseException:
+                    shutil.rmtree(work, ignore_errors=True)
+                    raise
+        except OSError as exc:  # a full or read-only disk: say so, and leave nothing behind
+            if made:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise storage_error(exc, f"cannot ingest document {final_id!r}") from exc
         doc = self.get(final_id)
         dup = same.id if same is not None else None
         return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)

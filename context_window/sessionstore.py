@@ -9,6 +9,7 @@ reports the repair in the session's status.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from context_window.storage import (
     new_id,
     read_json,
     recover_replaced,
+    storage_error,
     sweep_work,
     write_json_atomic,
 )
@@ -90,10 +92,21 @@ class SessionStore:
                 repair = "meta.json was missing: rebuilt it (title reset to the id)"
             now = time.time()
             meta = {"id": sid, "title": title or sid, "created_at": now, "updated_at": now}
-            write_json_atomic(meta_path, meta)
+            made = [p for p in (self.root, directory) if not p.exists()]
+            try:
+                write_json_atomic(meta_path, meta)
+            except OSError as exc:
+                if created:  # leave no half-made session behind
+                    for path in reversed(made):
+                        shutil.rmtree(path, ignore_errors=True)
+                    raise storage_error(exc, f"cannot create session {sid!r}") from exc
+                repair += " (not saved: the data dir cannot be written)"
         elif title and title != meta.get("title"):
             meta = {**meta, "title": title, "updated_at": time.time()}
-            write_json_atomic(meta_path, meta)
+            try:
+                write_json_atomic(meta_path, meta)
+            except OSError as exc:
+                raise storage_error(exc, f"cannot retitle session {sid!r}") from exc
         meta["id"] = sid
         session = self._open.get(sid)
         if session is None:

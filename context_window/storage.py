@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -236,6 +237,7 @@ class Journal:
         self._head = b""  # its first bytes, as far as they were seen
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) after the last read/write
         self.generation = 0  # bumped when the file was replaced (a purge): replay from 0
+        self.writable = True  # False when the file could be opened for reading only
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -253,14 +255,28 @@ class Journal:
                     os.close(self._fd)
                     self._fd = None
 
+    def _open(self) -> int:
+        """The journal opened for appending, or, where it cannot be written (a read-only
+        file system or file), for reading only: reads never need write access."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self.writable = True
+            return fd
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not self.path.is_file():
+                raise storage_error(exc, f"cannot open {self.path}") from exc
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot open {self.path}") from exc
+        self.writable = False
+        return fd
+
     def _open_locked(self) -> int:
         """Open and lock the file now at ``path``, retrying if it was replaced meanwhile."""
         while True:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            except OSError as exc:
-                raise StorageError(f"cannot open {self.path}: {exc.strerror}") from exc
+            fd = self._open()
             try:
                 _lock_fd(fd, f"session {self.path.parent.name!r}")
             except Busy:
@@ -387,6 +403,11 @@ class Journal:
     def write(self, records: list[dict[str, Any]]) -> None:
         """Append records as whole lines in one write(); call locked, after read_new."""
         assert self._fd is not None, "write needs the lock"
+        if not self.writable:
+            raise StorageError(
+                f"cannot write to {self.path}: read-only (a read-only file system, or no "
+                "write permission); reading still works"
+            )
         payload = b"".join(jsonl_line(r) for r in records)
         if self._offset and os.pread(self._fd, 1, self._offset - 1) != b"\n":
             payload = _CLOSED + b"\n" + payload  # close off a torn line left by a crash
@@ -395,7 +416,7 @@ class Journal:
             written = os.write(self._fd, payload)
         except OSError as exc:
             self._undo(start)
-            raise StorageError(f"cannot append to {self.path}: {exc.strerror}") from exc
+            raise storage_error(exc, f"cannot append to {self.path}") from exc
         if written != len(payload):
             # A short write (a full disk, a file size limit) left part of the lines: cut
             # them off, or the next append would close the partial line into a record
@@ -416,6 +437,17 @@ class Journal:
                 os.ftruncate(self._fd, size)
         except OSError as exc:  # the partial line stays; replay skips it as torn
             log.error("cannot cut a failed append off %s: %s", self.path, exc.strerror)
+
+
+def storage_error(exc: OSError, what: str) -> StorageError:
+    """A StorageError for ``exc`` that says plainly when the disk is full or read-only."""
+    reason = {
+        errno.ENOSPC: "no space left on the device (the disk is full)",
+        errno.EDQUOT: "over the disk quota",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+    }.get(exc.errno or 0, exc.strerror or type(exc).__name__)
+    return StorageError(f"{what}: {reason}")
 
 
 def jsonl_line(record: dict[str, Any]) -> bytes:

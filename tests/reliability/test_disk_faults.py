@@ -1,0 +1,132 @@
+"""A read-only data dir still reads; a full disk fails cleanly and leaves nothing half-made.
+
+Real file systems: a read-only bind mount of a data dir, and a tiny tmpfs filled to the
+last byte. Both need mount (root, as in CI's container); the tests are skipped, with the
+reason printed, where mounting is not allowed. The server and the CLI run as processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from .support import service_for
+
+PROBE = """
+import json, sys
+from pathlib import Path
+from context_window.config import Settings
+from context_window.errors import ContextWindowError
+from context_window.service import Service
+service = Service(Settings(data_dir=Path(sys.argv[1]), llm_enabled=False, audit=False))
+out = {}
+def attempt(name, fn):
+    try:
+        out[name] = ["ok", fn()]
+    except ContextWindowError as exc:
+        out[name] = ["error", str(exc)]
+attempt("recall", lambda: [e.text for e in service.sessions.get("s").recall("alpha", 500).entries])
+attempt("search", lambda: [h.chunk.text for h in service.documents.search("hello", "d", 3)])
+attempt("append", lambda: service.sessions.get("s").append("one more").id)
+attempt("open_new", lambda: service.sessions.open("fresh")[0].id)
+big = "# New\\n\\n" + "words " * 20000
+attempt("ingest", lambda: service.documents.ingest(text=big, doc_id="n").doc.id)
+print(json.dumps(out))
+"""
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
+
+
+@contextmanager
+def mounted(target: Path, *first: str, then: tuple[str, ...] = ()) -> Iterator[None]:
+    target.mkdir(parents=True, exist_ok=True)
+    if not _mount(*first, str(target)):
+        pytest.skip("mount is not allowed here (needs root)")
+    try:
+        if then and not _mount(*then, str(target)):
+            pytest.skip("remount is not allowed here")
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def _probe(data: Path) -> dict[str, list[object]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(data)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return dict(json.loads(proc.stdout))
+
+
+def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "context_window", *args, "--data-dir", str(data), "--no-llm"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _seed(data: Path) -> None:
+    svc = service_for(data)
+    session, _ = svc.sessions.open("s")
+    session.append("alpha note")
+    svc.documents.ingest(text="# T\n\nhello world line", doc_id="d")
+
+
+def test_a_read_only_data_dir_reads_and_refuses_writes_clearly(tmp_path: Path) -> None:
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    _seed(src)
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    with mounted(ro, "--bind", str(src), then=("-o", "remount,bind,ro")):
+        for args in (("sessions",), ("show", "s"), ("search", "alpha"), ("docs",), ("doctor",)):
+            done = _cli(ro, *args)
+            assert done.returncode == 0, (args, done.stdout, done.stderr)
+            assert "Traceback" not in done.stderr
+        out = _probe(ro)
+    assert out["recall"] == ["ok", ["alpha note"]]
+    assert out["search"][0] == "ok" and "hello world" in str(out["search"][1])
+    for write in ("append", "open_new", "ingest"):
+        assert out[write][0] == "error", out[write]
+        assert "read-only" in str(out[write][1]), out[write]
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+
+
+def test_a_full_disk_fails_cleanly_and_leaves_nothing_half_made(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    with mounted(disk, "-t", "tmpfs", "-o", "size=1m", "tmpfs"):
+        data = disk / "data"
+        _seed(data)
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk to the last byte
+            for size in (65536, 4096, 512, 1):
+                while True:
+                    try:
+                        if os.write(fd, b"\0" * size) < size:
+                            break
+                    except OSError:
+                        break
+        finally:
+            os.close(fd)
+        before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
+        out = _probe(data)
+        after = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
+        assert out["recall"] == ["ok", ["alpha note"]]
+        # (an append may still fit in the slack of the journal's last page)
+        for write in ("open_new", "ingest"):
+            assert out[write][0] == "error", out
+            assert "disk is full" in str(out[write][1]), out[write]
+        assert after == before  # no half-made session or document directories
+        filler.unlink()
+        assert _probe(data)["append"][0] == "ok"
