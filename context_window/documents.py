@@ -258,7 +258,7 @@ class DocumentStore:
         )
         spec = BuildSpec(
             final_id,
-            title or default_title or final_id,
+            title or clean_title(default_title) or final_id,
             source,
             digest,
             tokens,
@@ -564,6 +564,14 @@ def _from_line(chunk: Chunk, line: int) -> Chunk:
         if pos == 0:
             return chunk
     return replace(chunk, text=chunk.text[pos:], start=chunk.start + pos, line=line)
+
+
+def clean_title(text: str) -> str:
+    """A title made from a file name or a first line: printable, one line, at most
+    ``MAX_TITLE_CHARS`` (a BOM, control characters and other unprintables dropped)."""
+    kept = "".join(c if c.isprintable() else " " for c in text.replace("\ufeff", ""))
+    title = " ".join(kept.split())
+    return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"
 
 
 def _first_line(text: str) -> str:

@@ -37,7 +37,7 @@ from context_window.archive import (
 from context_window.catalog import Catalog, read_journal
 from context_window.chunking import recorded_chunk_settings
 from context_window.docingest import encode_text, sha256_of
-from context_window.documents import MAX_CHARS, DocumentStore
+from context_window.documents import MAX_CHARS, DocumentStore, clean_title
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.records import time_or_none
 from context_window.sandbox import decode_utf8
@@ -225,7 +225,7 @@ def _import_session(
     meta = {
         **archive.meta,
         "id": sid,
-        "title": title if isinstance(title, str) and title else sid,
+        "title": (clean_title(title) if isinstance(title, str) else "") or sid,
         "created_at": _number(archive.meta.get("created_at"), now),
         "updated_at": _number(archive.meta.get("updated_at"), now),
     }
@@ -312,9 +312,10 @@ def _import_document(
                 f"document {did!r} already exists in {data_dir}; pass --replace to overwrite "
                 "it or --doc-id to import it under another id"
             )
-    title = meta.get("title")
+    title = meta.get("title")  # an older release stored titles as they came: clean it
+    title = clean_title(title) if isinstance(title, str) else None
     done = store.ingest(  # the export's chunk settings, even over a document chunked otherwise
-        text=archive.text, title=title if isinstance(title, str) else None, doc_id=did, rechunk=True
+        text=archive.text, title=title or None, doc_id=did, rechunk=True
     )
     keep = {k: meta[k] for k in ("source",) if isinstance(meta.get(k), str)}
     if isinstance(meta.get("summary"), dict):  # the cached summary of this very text
