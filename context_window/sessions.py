@@ -325,9 +325,10 @@ class Session:
             self._catch_up()
             now = self.clock()
             for e in plan.entries:
-                rec = self._state.records[e.id]
+                rec = self._state.records.get(e.id)  # None: erased by a purge meanwhile
                 if (
-                    rec["deleted"]
+                    rec is None
+                    or rec["deleted"]
                     or rec["superseded"]
                     or rec["pinned"]
                     or self._state.expired(rec, now)

@@ -29,6 +29,7 @@ REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts 
 # the torn part sees this alone on its line and ignores it.
 _CLOSED = b"\x00"
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
+_TAIL_BYTES = 64  # and the bytes just before a reader's offset, which must not change
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: "$" would allow a final \n
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -238,6 +239,9 @@ class Journal:
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) after the last read/write
         self.generation = 0  # bumped when the file was replaced (a purge): replay from 0
         self.writable = True  # False when the file could be opened for reading only
+        # The last bytes read or written, just before the offset: if they change, the
+        # file was replaced in place and the offset means nothing any more.
+        self._tail = b""
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -296,6 +300,7 @@ class Journal:
             known = self._ident is not None
             if known and (ident != self._ident or head[: len(self._head)] != self._head):
                 self._offset = 0  # a different file: everything in it is new to us
+                self._tail = b""
                 self.skipped = 0
                 self.generation += 1
             self._ident, self._head = ident, head
@@ -321,7 +326,7 @@ class Journal:
 
     def read_all(self) -> list[dict[str, Any]]:
         """Every readable record from the start of the file; call under :meth:`locked`."""
-        self._offset, self.skipped = 0, 0
+        self._offset, self.skipped, self._tail = 0, 0, b""
         return self.read_new()
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
@@ -368,6 +373,7 @@ class Journal:
         self._ident, self._head = (st.st_dev, st.st_ino), os.pread(new_fd, _HEAD_BYTES, 0)
         self._seen = None
         self._offset = len(payload)  # the caller has the records; read_new brings later appends
+        self._tail = payload[-_TAIL_BYTES:]
         self.skipped = 0
         self.generation += 1
 
@@ -375,8 +381,19 @@ class Journal:
         """Records appended since the last read; call under :meth:`locked`."""
         assert self._fd is not None, "read_new needs the lock"
         size = os.fstat(self._fd).st_size
-        if size < self._offset:  # truncated by hand underneath us (a rewrite is detected)
-            raise StorageError(f"{self.path} shrank from {self._offset} to {size} bytes")
+        if (
+            size < self._offset
+            or os.pread(self._fd, len(self._head), 0) != self._head
+            or os.pread(self._fd, len(self._tail), self._offset - len(self._tail)) != self._tail
+        ):
+            # Truncated, or restored from a copy, in place (same inode): read it afresh,
+            # as after a purge (the caller replays from the start).
+            log.warning("%s was truncated or replaced in place; reading it again", self.path)
+            self._offset = 0
+            self.skipped = 0
+            self.generation += 1
+            self._head = os.pread(self._fd, _HEAD_BYTES, 0)
+            self._tail = b""
         if size == self._offset:
             self._note()
             return []
@@ -386,6 +403,7 @@ class Journal:
         # that never finished, so never acknowledged. It is skipped even when it parses
         # (every byte but the newline), and the next append closes it off unparseable.
         self._offset += len(data)
+        self._tail = data[-_TAIL_BYTES:]
         if end < len(data):
             self.skipped += 1
         records: list[dict[str, Any]] = []
@@ -427,6 +445,7 @@ class Journal:
                 "were written (is the disk full?); nothing was saved, try again"
             )
         self._offset = start + written
+        self._tail = payload[-_TAIL_BYTES:]
         self._note()
 
     def _undo(self, size: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from context_window.errors import InvalidInput, StorageError
+from context_window.errors import InvalidInput
 from context_window.sessionstore import SessionStore
 from context_window.storage import Journal, check_id, new_id, read_json, write_json_atomic
 from context_window.tokens import TokenCounter
@@ -160,15 +160,17 @@ def test_garbage_in_the_middle_is_skipped_and_counted(tmp_path: Path) -> None:
     assert skipped == 3  # text, a non-object, invalid UTF-8; the blank line is not counted
 
 
-def test_shrunk_journal_is_a_storage_error(tmp_path: Path) -> None:
+def test_a_journal_truncated_in_place_is_read_again_from_the_start(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     append(path, {"n": 1, "pad": "x" * 300}, {"n": 2})
     reader = Journal(path)
     with reader.locked():
         reader.read_new()
-    path.write_bytes(path.read_bytes()[:320])  # same start, cut short: not a rewrite
-    with reader.locked(), pytest.raises(StorageError, match="shrank"):
-        reader.read_new()
+    first = path.read_bytes().split(b"\n")[0] + b"\n"
+    path.write_bytes(first)  # same start, cut short (a backup restored in place)
+    with reader.locked():
+        assert reader.read_new() == [{"n": 1, "pad": "x" * 300}]
+    assert reader.generation == 1  # readers replay from the start
 
 
 def test_a_file_emptied_in_place_is_read_as_a_new_file(tmp_path: Path) -> None:
