@@ -103,17 +103,17 @@ def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFi
         raise AccessDenied(f"{real} is {_kind(before.st_mode)}; only regular files can be read")
     if before.st_size > max_bytes:
         raise InvalidInput(_too_big(real, before.st_size, max_bytes))
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(real, flags)
-    except OSError as exc:
-        raise AccessDenied(f"cannot open {real}: {exc.strerror}") from None
+    fd = _open_beneath(real, roots)
     try:
         after = os.fstat(fd)
         same = (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
         if not stat.S_ISREG(after.st_mode) or not same:
             raise AccessDenied(f"{real} changed while it was being opened; refusing it")
+        if after.st_nlink > 1:
+            raise AccessDenied(
+                f"{real} has {after.st_nlink} hard links; a file linked from outside the "
+                "ingest roots could be read through one, so only singly linked files are read"
+            )
         _check_descriptor_path(fd, real, roots)
         data = _read_all(fd, after.st_size, max_bytes)
     finally:
@@ -121,6 +121,58 @@ def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFi
     if len(data) > max_bytes:
         raise InvalidInput(_too_big(real, len(data), max_bytes))
     return SourceFile(real, data, after.st_mtime_ns)
+
+
+_FILE_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _open_beneath(real: Path, roots: Sequence[Path]) -> int:
+    """Open ``real`` one path component at a time from its root, following no symlink.
+
+    Each directory is opened relative to the one before it with ``O_NOFOLLOW`` (as
+    ``openat``), so a directory swapped for a symlink between the check and the open
+    is refused, not followed, with or without /proc to check the result against.
+    """
+    if os.open not in os.supports_dir_fd:  # pragma: no cover - Windows: whole-path open
+        try:
+            return os.open(real, _FILE_FLAGS)
+        except OSError as exc:
+            raise AccessDenied(f"cannot open {real}: {exc.strerror}") from None
+    root = next((r for r in (x.resolve() for x in roots) if real.is_relative_to(r)), None)
+    parts = real.relative_to(root).parts if root is not None else ()
+    if root is None or not parts:
+        raise AccessDenied(f"{real} is not a file under an ingest root")
+    changed = AccessDenied(f"{real} changed while it was being opened; refusing it")
+    try:
+        dir_fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise AccessDenied(f"cannot open the ingest root {root}: {exc.strerror}") from None
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:  # ELOOP (a symlink now), ENOTDIR, ENOENT: not what was checked
+                raise changed from None
+            os.close(dir_fd)
+            dir_fd = inner
+        try:
+            return os.open(parts[-1], _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            raise changed from None
+    finally:
+        os.close(dir_fd)
 
 
 def _check_descriptor_path(fd: int, real: Path, roots: Sequence[Path]) -> None:
