@@ -107,6 +107,8 @@ async def summarize_range(
     lo, hi = check_range(doc, first, last)
     whole = lo == 0 and hi == doc.chunks - 1
     cached = doc.summary if whole else None
+    if cached and cached.get("sha256", doc.sha256) != doc.sha256:
+        cached = None  # a summary of another version's text
     if cached and not refresh and cached.get("target_tokens") == target_tokens:
         summary = Summary(
             str(cached["text"]),
@@ -115,7 +117,9 @@ async def summarize_range(
             str(cached.get("reason", "")),
         )
         return DocSummary(doc, lo, hi, True, summary, str(cached.get("note", "")), True)
-    text, note = await anyio.to_thread.run_sync(source_text, store, doc, lo, hi)
+    doc, (text, note) = await anyio.to_thread.run_sync(
+        store.read_steadily, doc, lambda d: source_text(store, d, lo, min(hi, d.chunks - 1))
+    )
     summary = await summarizer.summarize(text, target_tokens, kind="document")
     if whole:
         record = {
@@ -126,8 +130,9 @@ async def summarize_range(
             "note": note,
             "target_tokens": target_tokens,
             "made_at": time.time(),
+            "sha256": doc.sha256,  # the text it summarizes (see update_meta's expect)
         }
-        doc = store.update_meta(doc.id, summary=record)
+        doc = store.update_meta(doc.id, expect=doc.sha256, summary=record)
     return DocSummary(doc, lo, hi, whole, summary, note, False)
 
 

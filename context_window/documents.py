@@ -9,16 +9,18 @@ texts are read from ``chunks.jsonl`` by byte offset, never the whole file.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -49,6 +51,7 @@ from context_window.storage import (
     read_json,
     recover_replaced,
     replace_dir,
+    replace_lock,
     storage_error,
     sweep_work,
     work_dir,
@@ -65,6 +68,34 @@ LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
 CANDIDATE_CHUNKS = 8  # chunks read to find the best passages (at least the hit limit)
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 log = logging.getLogger("context_window")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _steady(
+    read: Callable[Concatenate[DocumentStore, P], R],
+) -> Callable[Concatenate[DocumentStore, P], R]:
+    """A read that, if it fails on the files (another process may have replaced or forgot
+    the document under it), runs once more under ``guard``, when no replace can happen,
+    on the document as it is now. Readers see the old version or the new one; a document
+    that is really damaged fails the second time too."""
+
+    @functools.wraps(read)
+    def wrapper(store: DocumentStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return read(store, *args, **kwargs)
+        except (StorageError, OSError):
+            pass
+        with store.guard():
+            store.forget_cached()
+            if args and isinstance(args[0], DocInfo):  # the caller's copy may be stale
+                fresh = store.get(args[0].id)
+                args = (fresh, *args[1:])  # type: ignore[assignment]
+            return read(store, *args, **kwargs)
+
+    return wrapper
 
 
 class DocumentStore:
@@ -90,6 +121,7 @@ class DocumentStore:
         self.max_chars = max_chars
         self.max_file_bytes = max_file_bytes
         self._lock = threading.RLock()
+        self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
         self._analyzer = Analyzer(query_limits)
         self._sweep()
@@ -129,6 +161,9 @@ class DocumentStore:
         """One document (NotFound naming doc_list and the known ids otherwise)."""
         check_id(doc_id, "doc_id")
         meta = self._meta(doc_id)
+        if meta is None and self.root.is_dir():  # between a replace's two renames? wait for it
+            with self.guard():
+                meta = self._meta(doc_id)
         if meta is None:
             known = ", ".join(d.id for d in self.all()[:20]) or "none"
             raise NotFound(
@@ -137,12 +172,34 @@ class DocumentStore:
             )
         return DocInfo.from_meta(meta)
 
-    def update_meta(self, doc_id: str, **changes: Any) -> DocInfo:
-        """Change fields of meta.json (read, change, atomic write, under the store lock)."""
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Hold the store against replaces, forgets and meta updates, in this process and
+        in every other one (a flock on the documents directory); re-entrant per thread."""
         with self._lock:
+            if self._guarded or not self.root.is_dir():
+                yield
+                return
+            with replace_lock(self.root):
+                self._guarded = True
+                try:
+                    yield
+                finally:
+                    self._guarded = False
+
+    def update_meta(self, doc_id: str, expect: str | None = None, **changes: Any) -> DocInfo:
+        """Change fields of meta.json: read, change and write it atomically under ``guard``.
+
+        With ``expect`` (a sha256), nothing is written unless the document still holds
+        that text: a cursor or a summary of the old version must not land on a new one
+        that another process ingested meanwhile. A forgotten document is never recreated.
+        """
+        with self.guard():
             meta = self._meta(doc_id)
             if meta is None:
                 raise NotFound(f"no document {doc_id!r}; it may have been forgotten")
+            if expect is not None and meta.get("sha256") != expect:
+                return DocInfo.from_meta(meta)
             meta.update(changes)
             write_json_atomic(self.root / doc_id / "meta.json", meta)
             return DocInfo.from_meta(meta)
@@ -200,6 +257,23 @@ class DocumentStore:
             except BaseException:
                 shutil.rmtree(work, ignore_errors=True)
                 raise
+
+    def read_steadily(self, doc: DocInfo, read: Callable[[DocInfo], R]) -> tuple[DocInfo, R]:
+        """``read(doc)``, retried as ``_steady`` does; returns the document it was read from."""
+        try:
+            return doc, read(doc)
+        except (StorageError, OSError):
+            pass
+        with self.guard():
+            self.forget_cached()
+            fresh = self.get(doc.id)
+            return fresh, read(fresh)
+
+    def forget_cached(self) -> None:
+        """Close every cached table (files of replaced versions may be gone)."""
+        with self._lock:
+            for doc_id in list(self._tables):
+                self._drop(doc_id)
 
     def _drop(self, doc_id: str) -> None:
         cached = self._tables.pop(doc_id, None)
@@ -301,10 +375,10 @@ class DocumentStore:
 
     def _commit(self, work: Path, doc_id: str) -> bool:
         """Rename a finished build into place, replacing any earlier version."""
-        with self._lock:
+        with self.guard():
             self._drop(doc_id)
             try:
-                old = replace_dir(work, self.root / doc_id)
+                old = replace_dir(work, self.root / doc_id, locked=True)
             except OSError as exc:
                 raise StorageError(f"cannot move the new document into place: {exc}") from exc
         if old is not None:
@@ -314,7 +388,7 @@ class DocumentStore:
     def forget(self, doc_id: str) -> DocInfo:
         """Delete a document and everything derived from it."""
         doc = self.get(doc_id)
-        with self._lock:
+        with self.guard():
             self._drop(doc_id)
             trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
             try:
@@ -328,10 +402,12 @@ class DocumentStore:
         """Factor from stored token estimates to the current ratio (never below 1)."""
         return max(1.0, self.counter.ratio / doc.ratio) if doc.ratio > 0 else 1.0
 
+    @_steady
     def read_chunks(self, doc: DocInfo, first: int, last: int) -> list[Chunk]:
         """Chunks ``first..last`` of ``doc`` (inclusive)."""
         return self.tables(doc).read(first, last)
 
+    @_steady
     def search(self, query: str, doc_id: str | None = None, limit: int = 10) -> list[Hit]:
         """The best chunks for ``query``: one document's, or every document's, best first."""
         terms = self._analyzer.query(query or "")
@@ -367,6 +443,7 @@ class DocumentStore:
             hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
         return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
 
+    @_steady
     def answer(
         self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0
     ) -> Answer | None:
@@ -417,6 +494,7 @@ class DocumentStore:
             probes=probes,
         )
 
+    @_steady
     def window(
         self,
         doc_id: str,
@@ -496,13 +574,17 @@ class DocumentStore:
             used = cost(kept[0])
         end = kept[-1].index
         if session_id is None:
-            doc = self.update_meta(doc.id, cursor=end + 1)
+            doc = self.update_meta(doc.id, expect=doc.sha256, cursor=end + 1)
         else:
-            write_cursor(folder, session_id, end + 1)
+            with self.guard():  # not into a forgotten or a newer version's folder
+                if self._meta(doc.id) is None:
+                    raise NotFound(f"document {doc.id!r} was forgotten meanwhile; doc_list")
+                write_cursor(folder, session_id, end + 1)
         return Window(
             doc, tuple(kept), truncated, end + 1, end + 1 >= n, used + reserve, session_id
         )
 
+    @_steady
     def line_count(self, doc: DocInfo) -> int:
         """How many lines the source has (a final newline ends the last line)."""
         tables = self.tables(doc)
@@ -524,6 +606,7 @@ class DocumentStore:
                     self.update_meta(doc.id, source_stat=stat)
         return state
 
+    @_steady
     def outline(self, doc: DocInfo) -> list[tuple[int, str, int]]:
         """(index, heading trail, tokens) of every chunk, from the chunk table alone."""
         tables = self.tables(doc)

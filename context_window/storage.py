@@ -80,7 +80,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def replace_dir(work: Path, final: Path) -> Path | None:
+def replace_dir(work: Path, final: Path, *, locked: bool = False) -> Path | None:
     """Rename the complete directory ``work`` to ``final``; return the earlier one, set aside.
 
     An existing ``final`` is first renamed to ``.old-<name>-<random>`` beside it, and
@@ -89,7 +89,7 @@ def replace_dir(work: Path, final: Path) -> Path | None:
     lock, so :func:`recover_replaced` never mistakes a replace in progress for one a
     crash interrupted; after a crash between them, it puts the earlier version back.
     """
-    with replace_lock(final.parent):
+    with contextlib.nullcontext() if locked else replace_lock(final.parent):
         old = None
         if final.exists():
             old = final.with_name(f"{OLD_PREFIX}{final.name}-{secrets.token_hex(4)}")
