@@ -54,7 +54,21 @@ def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> 
     order, so what is dropped is what matters least or comes last."""
     if count(_json(data)) <= budget:
         return data
-    out: dict[str, Any] = {"cut": True, **copy.deepcopy(data)}
+    out: dict[str, Any] = {"cut": True, **data}
+    lists = [k for k, v in out.items() if isinstance(v, list) and v]
+    if lists:  # the common case, at the cost of one pass: keep the longest prefix that fits
+        key = max(lists, key=lambda k: len(_json(out[k])))
+        room = budget - count(_json({**out, key: []}))
+        kept: list[Any] = []
+        for item in out[key]:
+            room -= count(_json(item)) + 1
+            if room < 0:
+                break
+            kept.append(item)
+        out[key] = kept or out[key][:1]  # one item at least, cut to fit below
+        if count(_json(out)) <= budget:
+            return out
+    out = copy.deepcopy(out)
     for _ in range(_FIT_ROUNDS):
         over = count(_json(out)) - budget
         if over <= 0:
