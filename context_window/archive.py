@@ -31,7 +31,7 @@ from typing import Any
 
 from context_window.errors import InvalidInput
 from context_window.models import Entry
-from context_window.records import entry_problem, patch_problem, time_problems
+from context_window.records import entry_problem, patch_problem, reject_constant, time_problems
 
 SESSION_FORMAT = "context-window/session"
 DOCUMENT_FORMAT = "context-window/document"
@@ -227,13 +227,9 @@ def parse(data: str, name: str = "the file") -> SessionArchive | DocumentArchive
     return SessionArchive(header, tuple(_markdown_records(rest.split("\n"), name)))
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(name)
-
-
 def _load(text: str, name: str, line: int) -> dict[str, Any]:
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = json.loads(text, parse_constant=reject_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{name}: line {line} is not valid JSON ({exc.msg})") from None
     except (ValueError, RecursionError):

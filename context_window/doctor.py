@@ -129,9 +129,8 @@ def _leftover_temps(report: Report, directory: Path) -> None:
     for p in sorted(directory.iterdir()):
         if p.name == "meta.json.corrupt":
             report.add(p, "a damaged meta.json the server set aside and rebuilt; inspect, delete")
-        elif replaced_name(p) is not None and p.is_dir():
-            name = replaced_name(p)
-            if (directory / str(name)).exists():
+        elif (name := replaced_name(p)) is not None and p.is_dir():
+            if (directory / name).exists():
                 report.add(p, f"earlier version of {name}, left by a completed replace; delete")
             else:
                 report.add(
@@ -220,8 +219,8 @@ def _audit_journal(report: Report, path: Path) -> int:
         if kind == "entry":
             _check_entry(report, where, rec, entries, seqs, folded)
             folds[str(rec.get("id"))] = list(rec.get("replaces") or [])
-        elif kind == "patch" and patch_problem(rec) is not None:
-            report.add(where, f"{patch_problem(rec)}; skipped")
+        elif kind == "patch" and (problem := patch_problem(rec)) is not None:
+            report.add(where, f"{problem}; skipped")
         elif kind == "patch":
             if str(rec.get("id")) not in entries:
                 report.add(where, f"patch for unknown entry {rec.get('id')!r:.80} (orphan)")

@@ -63,7 +63,6 @@ from context_window.tokens import TokenCounter
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 MAX_TITLE_CHARS = 200
-STALE_SECONDS = 3600.0
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
 CANDIDATE_CHUNKS = 8  # chunks read to find the best passages (at least the hit limit)
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
@@ -84,16 +83,13 @@ def _steady(
 
     @functools.wraps(read)
     def wrapper(store: DocumentStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return read(store, *args, **kwargs)
-        except (StorageError, OSError):
-            pass
-        with store.guard():
-            store.forget_cached()
+        def again() -> R:
             if args and isinstance(args[0], DocInfo):  # the caller's copy may be stale
-                fresh = store.get(args[0].id)
-                args = (fresh, *args[1:])  # type: ignore[assignment]
+                fresh = (store.get(args[0].id), *args[1:])
+                return read(store, *fresh, **kwargs)  # type: ignore[arg-type]
             return read(store, *args, **kwargs)
+
+        return store.retried(lambda: read(store, *args, **kwargs), again)
 
     return wrapper
 
@@ -132,7 +128,7 @@ class DocumentStore:
             return
         for doc_id in recover_replaced(self.root):  # a replace killed between its renames
             log.warning("restored document %r: a replace of it was interrupted", doc_id)
-        sweep_work(self.root, STALE_SECONDS)
+        sweep_work(self.root)
 
     def _meta(self, doc_id: str) -> dict[str, Any] | None:
         meta = read_json(self.root / doc_id / "meta.json")
@@ -258,16 +254,25 @@ class DocumentStore:
                 shutil.rmtree(work, ignore_errors=True)
                 raise
 
-    def read_steadily(self, doc: DocInfo, read: Callable[[DocInfo], R]) -> tuple[DocInfo, R]:
-        """``read(doc)``, retried as ``_steady`` does; returns the document it was read from."""
+    def retried(self, first: Callable[[], R], again: Callable[[], R]) -> R:
+        """``first()``; if it fails on the files, ``again()`` under ``guard`` (no replace or
+        forget can run then) with no cached tables. See ``_steady``."""
         try:
-            return doc, read(doc)
+            return first()
         except (StorageError, OSError):
             pass
         with self.guard():
             self.forget_cached()
+            return again()
+
+    def read_steadily(self, doc: DocInfo, read: Callable[[DocInfo], R]) -> tuple[DocInfo, R]:
+        """``read(doc)``, retried as ``_steady`` does; returns the document it was read from."""
+
+        def again() -> tuple[DocInfo, R]:
             fresh = self.get(doc.id)
             return fresh, read(fresh)
+
+        return self.retried(lambda: (doc, read(doc)), again)
 
     def forget_cached(self) -> None:
         """Close every cached table (files of replaced versions may be gone)."""

@@ -21,13 +21,14 @@ MAX_TIME = 253_402_300_799.0
 def parse_line(line: bytes | str) -> dict[str, Any] | None:
     """One JSON object, or None for anything else: invalid JSON, deep nesting, NaN."""
     try:
-        rec = json.loads(line, parse_constant=_no_constant)
+        rec = json.loads(line, parse_constant=reject_constant)
     except (ValueError, RecursionError):
         return None
     return rec if isinstance(rec, dict) else None
 
 
-def _no_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
+    """For ``json.loads(parse_constant=…)``: NaN and Infinity are not JSON."""
     raise ValueError(f"{name} is not JSON")
 
 

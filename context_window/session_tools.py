@@ -78,6 +78,7 @@ def entry_data(entry: Entry) -> dict[str, Any]:
 
 
 _RECALL_KEYS = ("id", "created_at", "role", "text")  # always there; the rest when set
+_SIZES = ("seq", "tokens")  # left out: the text is there to measure
 
 
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
@@ -88,9 +89,6 @@ def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
     out["score"] = score
     out.update({k: v for k, v in full.items() if k not in _RECALL_KEYS and k not in _SIZES and v})
     return out
-
-
-_SIZES = ("seq", "tokens")
 
 
 def advice(stats: SessionStats, budget: int) -> str:

@@ -33,7 +33,6 @@ MAX_TITLE_CHARS = 200
 
 
 log = logging.getLogger("context_window")
-STALE_SECONDS = 3600.0  # a work directory of an older release, without an owner lock
 
 
 class SessionStore:
@@ -59,7 +58,7 @@ class SessionStore:
         reading: the CLI's read-only commands only report such a session (doctor).
         """
         restored = recover_replaced(self.root)
-        sweep_work(self.root, STALE_SECONDS)  # imports a crash interrupted
+        sweep_work(self.root)  # imports a crash interrupted
         for sid in restored:
             log.warning("restored session %r: a replace of it (an import) was interrupted", sid)
         return restored

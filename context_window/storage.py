@@ -486,6 +486,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 WORK_PREFIX = ".tmp-"
+LEGACY_WORK_SECONDS = 3600.0  # an older release's work directory (no owner lock) this old
 _OWNER = ".lock"  # beside each work directory: locked by the process doing the work
 
 
@@ -523,19 +524,17 @@ def work_is_live(work: Path) -> bool | None:
     try:
         if sys.platform == "win32":  # pragma: no cover - no non-blocking probe here
             return True
-        import fcntl
-
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            _lock_fd(fd, str(owner), wait=0)  # one try: held means the owner lives
+        except Busy:
             return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        _unlock_fd(fd)
         return False
     finally:
         os.close(fd)
 
 
-def sweep_work(root: Path, legacy_seconds: float) -> list[str]:
+def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[str]:
     """Remove work directories (and their lock files) whose owner is gone; return their names.
 
     Liveness is the owner's lock, never a timestamp: a process whose clock is an hour
