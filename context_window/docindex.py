@@ -136,11 +136,6 @@ class DocIndex:
         self._doc_len = _load(directory / "doc_len.npy")
         self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
 
-    def close(self) -> None:
-        """Release the mapping of terms.bin (arrays are released when dropped)."""
-        if isinstance(self._terms, mmap.mmap):
-            self._terms.close()
-
     def find(self, term: str) -> int:
         """The term's number, or -1: a binary search over the sorted term list (remembered)."""
         hit = self._found.get(term)

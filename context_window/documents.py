@@ -275,15 +275,16 @@ class DocumentStore:
         return self.retried(lambda: (doc, read(doc)), again)
 
     def forget_cached(self) -> None:
-        """Close every cached table (files of replaced versions may be gone)."""
+        """Drop every cached table (files of replaced versions may be gone)."""
         with self._lock:
             for doc_id in list(self._tables):
                 self._drop(doc_id)
 
     def _drop(self, doc_id: str) -> None:
-        cached = self._tables.pop(doc_id, None)
-        if cached is not None:
-            cached[1].index.close()
+        # Never close the mappings here: a reader in another thread may still be using
+        # this table. Its terms.bin and arrays are unmapped when the last reference goes,
+        # and a mapping stays valid after its file is renamed or unlinked.
+        self._tables.pop(doc_id, None)
 
     def ingest(
         self,

@@ -161,16 +161,24 @@ class Server:
         if token:
             args += ["--http-token", token]
         args += extra
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The log goes to a file: an audit line per call would fill a pipe nobody drains
+        # and stall the server.
+        self.log = data.parent / f"server-{self.port}.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert self.proc.poll() is None, self.log_tail()
             try:
                 if self.http.get(self.url + "/health", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 time.sleep(0.1)
         raise AssertionError("server did not start")
+
+    def log_tail(self, size: int = 4000) -> str:
+        """The end of the server's stderr log."""
+        return self.log.read_bytes()[-size:].decode("utf-8", "replace")
 
     def alive(self) -> bool:
         return self.http.get(self.url + "/health").status_code == 200
@@ -183,6 +191,3 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
