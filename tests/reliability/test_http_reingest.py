@@ -1,7 +1,7 @@
 """Clients of one HTTP server see no transient errors while another client re-ingests.
 
-A real HTTP server process; one MCP client keeps re-ingesting a document while two
-others search it, page through it and read its outline. Every read must answer from the
+A real HTTP server process; one MCP client keeps re-ingesting a document while three
+others search it, page through it, read its outline and summarize it. Every read must answer from the
 old version or the new one: never "no document", "damaged" or an internal error. (The
 server once closed a replaced version's memory map while a reader thread still used it.)
 """
@@ -58,6 +58,7 @@ def test_reads_during_re_ingests_never_fail(tmp_path: Path) -> None:
                     ("doc_window", {"doc_id": "d", "reset": True, "budget_tokens": 500}),
                     ("doc_window", {"doc_id": "d", "budget_tokens": 500}),
                     ("doc_outline", {"doc_id": "d"}),
+                    ("doc_summarize", {"doc_id": "d"}),
                 ]
                 while time.monotonic() < end:
                     for tool, args in calls:
