@@ -1,9 +1,10 @@
 """Clients of one HTTP server see no transient errors while another client re-ingests.
 
 A real HTTP server process; one MCP client keeps re-ingesting a document while three
-others search it, page through it, read its outline and summarize it. Every read must answer from the
-old version or the new one: never "no document", "damaged" or an internal error. (The
-server once closed a replaced version's memory map while a reader thread still used it.)
+others search it, page through it, read its outline and summarize it. Every read must
+answer from the old version or the new one: never "no document", "damaged" or an
+internal error. (The server once closed a replaced version's memory map while a reader
+thread still used it.)
 """
 
 from __future__ import annotations
