@@ -24,7 +24,7 @@ from benchmarks.sessions import write_session
 from context_window.config import Settings
 from context_window.facts import lost_facts
 from context_window.service import Service
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 RATIO = 0.27
@@ -37,7 +37,7 @@ def _settings(data_dir: Path, **changes: Any) -> Settings:
 async def _schema_costs() -> dict[str, Any]:
     from mcp.server.mcpserver import MCPServer
 
-    from context_window.server import build_server, tool_set_costs, wire_tokens
+    from context_window.server.app import build_server, tool_set_costs, wire_tokens
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = _settings(Path(tmp))

@@ -44,7 +44,7 @@ def _server(data_dir: Path, roots: tuple[Path, ...] = ()) -> tuple[Any, Any]:
     from context_window.service import Service
 
     try:
-        from context_window.server import build_server
+        from context_window.server.app import build_server
     except ImportError:  # pragma: no cover - older or newer layouts
         from context_window.server.app import build_server  # type: ignore[no-redef]
     flags: dict[str, Any] = {"data_dir": data_dir, "llm_enabled": False}

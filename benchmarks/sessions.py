@@ -14,7 +14,7 @@ from benchmarks.corpus import session_queries, session_texts
 from benchmarks.measure import stopwatch, summary_ms, time_calls
 from context_window.config import Settings
 from context_window.service import Service
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.storage import write_json_atomic
 from context_window.tokens import TokenCounter
 
@@ -69,7 +69,7 @@ def bench_append(data_dir: Path, count: int) -> dict[str, Any]:
 async def _append_mcp(data_dir: Path, count: int) -> list[float]:
     from mcp import Client
 
-    from context_window.server import build_server
+    from context_window.server.app import build_server
 
     service = Service(_settings(data_dir))
     texts = session_texts(count, seed=22)

@@ -18,13 +18,13 @@ import anyio
 from context_window import __version__
 from context_window.calibration import Calibrator
 from context_window.config import Settings
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
 from context_window.errors import Busy, InvalidInput
 from context_window.facts import lost_facts
 from context_window.llm import LLMClient
 from context_window.models import CompactionPlan, Entry, Summary
-from context_window.sessions import Session
-from context_window.sessionstore import SessionStore
+from context_window.sessions.session import Session
+from context_window.sessions.store import SessionStore
 from context_window.summarize import Summarizer
 from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter

@@ -19,7 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from context_window.errors import Busy, InvalidInput, StorageError
-from context_window.records import parse_line
+
+
+def parse_line(line: bytes | str) -> dict[str, Any] | None:
+    """One JSON object, or None for anything else: invalid JSON, deep nesting, NaN."""
+    try:
+        rec = json.loads(line, parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def reject_constant(name: str) -> Any:
+    """For ``json.loads(parse_constant=…)``: NaN and Infinity are not JSON."""
+    raise ValueError(f"{name} is not JSON")
+
 
 log = logging.getLogger("context_window.storage")
 

@@ -34,7 +34,7 @@ def settings(tmp_path: Path) -> SettingsFactory:
 @asynccontextmanager
 async def client(settings: Settings) -> AsyncIterator[Client]:
     """A real mcp.Client connected in memory to a fresh server for ``settings``."""
-    from context_window.server import build_server
+    from context_window.server.app import build_server
     from context_window.service import Service
 
     service = Service(settings)

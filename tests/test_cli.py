@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from context_window import __version__
-from context_window.cli import _flags, build_parser, startup_line
+from context_window.cli.main import _flags, build_parser, startup_line
 from context_window.config import load_settings
 
 FLAGS = (

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_exchange import SPEC, TRICKY, build_session, cli
 
-from context_window.cli import _flags, build_parser, main
+from context_window.cli.main import _flags, build_parser, main
 from context_window.config import Settings, load_settings
 from context_window.service import Service
 
@@ -247,7 +247,7 @@ def test_round_trip_in_real_processes_without_mcp(
     shown = run("--data-dir", str(fresh), "show", "work", "--all")
     assert shown.returncode == 0 and ids["deleted"] in shown.stdout
     code = (
-        "import sys; from context_window.cli import main; "
+        "import sys; from context_window.cli.main import main; "
         f"rc = main(['--data-dir', {str(fresh)!r}, 'search', 'linker']); "
         "sys.stderr.write(str('mcp' in sys.modules)); raise SystemExit(rc)"
     )

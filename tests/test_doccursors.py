@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from context_window.doccursors import all_cursors, read_cursor, write_cursor
-from context_window.documents import DocumentStore
+from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
+from context_window.documents.store import DocumentStore
 from context_window.tokens import TokenCounter
 from tests.test_document_tools import error, ok, serve
 

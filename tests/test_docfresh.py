@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from context_window import docfresh
-from context_window.documents import DocumentStore
+from context_window.documents import freshness as docfresh
+from context_window.documents.store import DocumentStore
 from context_window.tokens import TokenCounter
 from tests.test_document_tools import ok, serve
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from context_window.docindex import DocIndex, IndexBuilder, score_all
+from context_window.documents.index import DocIndex, IndexBuilder, score_all
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from context_window import docingest
-from context_window.doccursors import read_cursor, write_cursor
-from context_window.documents import DocumentStore
+from context_window.documents import build as docingest
+from context_window.documents.cursors import read_cursor, write_cursor
+from context_window.documents.store import DocumentStore
 from context_window.models import Chunk
 from context_window.tokens import TokenCounter
 from tests.test_document_tools import error, ok, serve

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from context_window import docingest
 from context_window.chunking import chunk_text
-from context_window.documents import DocumentStore
+from context_window.documents import build as docingest
+from context_window.documents.store import DocumentStore
 from context_window.errors import InvalidInput, NotFound
 from context_window.tokens import TokenCounter
 

@@ -13,7 +13,7 @@ import pytest
 from test_http import http_client, http_server
 
 from context_window.config import load_settings
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +58,7 @@ def test_windows_config_uses_escaped_backslashes() -> None:
 
 
 def test_config_flags_are_real_flags(tmp_path: Path) -> None:
-    from context_window.cli import build_parser
+    from context_window.cli.main import build_parser
 
     for path in CONFIGS:
         server = json.loads(path.read_text(encoding="utf-8"))["mcpServers"]["context-window"]

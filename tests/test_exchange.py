@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from context_window.catalog import Catalog, read_journal
-from context_window.cli import main
+from context_window.cli.catalog import Catalog, read_journal
+from context_window.cli.main import main
 from context_window.config import Settings
 from context_window.models import Entry
 from context_window.service import Service
@@ -299,7 +299,7 @@ def test_a_failed_session_import_leaves_no_directory(
     def crash(*_args: Any, **_kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("context_window.exchange.write_json_atomic", crash)
+    monkeypatch.setattr("context_window.cli.archive.write_json_atomic", crash)
     assert main(["--data-dir", str(fresh.data_dir), "import", str(out)]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert list((fresh.data_dir / "sessions").iterdir()) == []

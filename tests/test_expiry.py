@@ -12,7 +12,7 @@ from reliability.support import FixedClock as Clock
 from test_session_tools import error, ok
 
 from context_window.config import Settings
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.service import Service
 
 pytestmark = pytest.mark.anyio

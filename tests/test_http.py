@@ -26,7 +26,7 @@ from mcp.types import TextContent
 
 from context_window import __version__
 from context_window.config import load_settings
-from context_window.http import (
+from context_window.server.http import (
     MAX_BODY_BYTES,
     BearerAuth,
     allowed_host_names,

@@ -21,7 +21,7 @@ import pytest
 from test_http import Running, http_server
 
 from context_window.config import load_settings
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.service import Service
 
 pytestmark = pytest.mark.inspector

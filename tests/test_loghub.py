@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 
 from context_window.config import load_settings
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.service import Service
 
 LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SettingsFactory, client
 
-from context_window.docindex import INDEX_VERSION
+from context_window.documents.index import INDEX_VERSION
 
 FIXTURE = Path(__file__).parent / "data" / "datadir-0.1.0"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from context_window.cli import main
-from context_window.sessionstore import SessionStore
+from context_window.cli.main import main
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 DAY = 86_400.0

@@ -10,7 +10,7 @@ import pytest
 import regex
 from conftest import client
 
-from context_window.cli import build_parser
+from context_window.cli.main import build_parser
 from context_window.config import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"

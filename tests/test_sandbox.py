@@ -12,9 +12,9 @@ import pytest
 from mcp import Client
 
 from context_window.config import load_settings
+from context_window.documents.sandbox import read_file
 from context_window.errors import AccessDenied
-from context_window.sandbox import read_file
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.service import Service
 
 

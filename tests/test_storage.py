@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from context_window.errors import InvalidInput
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.storage import Journal, check_id, new_id, read_json, write_json_atomic
 from context_window.tokens import TokenCounter
 
@@ -341,7 +341,7 @@ def test_session_files_leave_no_temp_files(tmp_path: Path) -> None:
 WRITER = """
 import sys, time
 from pathlib import Path
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 data, name, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])

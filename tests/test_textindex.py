@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,6 +167,27 @@ def test_analyzer_feeds_the_index_like_rank_bm25_token_lists() -> None:
     expected = reference([a.terms(t) for t in texts], query)
     assert np.allclose(index.scores(query), expected)
     assert int(np.argmax(expected)) == 0
+
+
+REAL_TEXT = [
+    Path(__file__).parent / "data" / "docs" / "build.log",
+    Path(__file__).parents[1] / "README.md",
+]
+
+
+@pytest.mark.parametrize("path", REAL_TEXT, ids=lambda p: p.name)
+def test_scores_equal_rank_bm25_on_real_text(path: Path) -> None:
+    """Every non-blank line of a real file is a document; each query is a line of it."""
+    a = Analyzer()
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    corpus = [a.terms(line) for line in lines]
+    index = MemoryIndex()
+    for line in lines:
+        index.add(a.counts(line))
+    queries = [a.terms(lines[k]) for k in range(0, len(lines), max(1, len(lines) // 12))]
+    assert len(corpus) > 50 and sum(map(len, queries)) > 50
+    for query in queries:
+        assert np.allclose(index.scores(query), reference(corpus, query), rtol=1e-9, atol=1e-12)
 
 
 # --- statistics over what can be returned -----------------------------------------------

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 
@@ -165,7 +165,7 @@ def run_import_die(data: Path, sid: str, export: Path) -> None:
     import os
     import signal
 
-    from context_window.exchange import import_file
+    from context_window.cli.archive import import_file
 
     real_rename = Path.rename
 

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from context_window.chunking import MAX_TRAIL_CHARS
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.tokens import TokenCounter
 
 from .support import service_for

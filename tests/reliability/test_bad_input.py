@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from context_window.server import build_server
+from context_window.server.app import build_server
 
 from .support import record, service_for, snapshot
 

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from context_window.server import build_server
-from context_window.sessionstore import SessionStore
+from context_window.server.app import build_server
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import acked_lines, record, service_for, writer

@@ -12,8 +12,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from context_window.server import build_server
-from context_window.sessionstore import SessionStore
+from context_window.server.app import build_server
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import service_for

@@ -13,8 +13,8 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from context_window.doctor import audit
-from context_window.server import build_server
+from context_window.cli.doctor import audit
+from context_window.server.app import build_server
 
 from .support import service_for
 from .test_corrupt import text_of

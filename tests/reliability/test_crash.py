@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from context_window.sessionstore import SessionStore
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import add, kill_at_random, record, service_for, unreadable_lines

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from context_window.doctor import audit
+from context_window.cli.doctor import audit
 
 from .support import acked_lines, add, kill_at_random, service_for, writer
 

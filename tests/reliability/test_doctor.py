@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from context_window.cli import main as cli_main
-from context_window.doctor import audit, run
-from context_window.sessionstore import SessionStore
+from context_window.cli.doctor import audit, run
+from context_window.cli.main import main as cli_main
+from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import service_for, snapshot, writer

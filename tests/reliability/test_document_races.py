@@ -30,7 +30,7 @@ from context_window.config import Settings
 from context_window.errors import ContextWindowError, NotFound
 from context_window.service import Service
 import anyio
-from context_window.docsummary import summarize_range
+from context_window.documents.summaries import summarize_range
 data, mode, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 service = Service(Settings(data_dir=data, llm_enabled=False, audit=False))
 store = service.documents

@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
-from context_window.catalog import Catalog
-from context_window.exchange import export_session
-from context_window.server import build_server
+from context_window.cli.archive import export_session
+from context_window.cli.catalog import Catalog
+from context_window.server.app import build_server
 from context_window.tokens import TokenCounter
 
 from .support import WRITER, service_for

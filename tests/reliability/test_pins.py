@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from context_window.server import build_server
+from context_window.server.app import build_server
 
 from .support import service_for
 

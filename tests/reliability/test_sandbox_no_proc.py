@@ -22,7 +22,7 @@ CHILD = """
 import json, sys, threading, time
 from pathlib import Path
 assert not Path("/proc/self/fd").exists(), "/proc is still there"
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
 from context_window.errors import ContextWindowError
 from context_window.tokens import TokenCounter
 base = Path(sys.argv[1])

@@ -17,9 +17,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
 from context_window.errors import AccessDenied, ContextWindowError, InvalidInput, NotFound
-from context_window.server import build_server
+from context_window.server.app import build_server
 from context_window.tokens import TokenCounter
 
 from .support import add, service_for

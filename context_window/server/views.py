@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from context_window.docfresh import CHANGED, MISSING, SourceState
-from context_window.docreingest import describe
-from context_window.docsearch import LineHit
-from context_window.docsummary import DocSummary
-from context_window.doctables import DocInfo, Ingested, Kept, Window
+from context_window.documents.freshness import CHANGED, MISSING, SourceState
+from context_window.documents.reingest import describe
+from context_window.documents.search import LineHit
+from context_window.documents.summaries import DocSummary
+from context_window.documents.tables import DocInfo, Ingested, Kept, Window
 from context_window.models import Chunk
 from context_window.packing import header_reserve
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import anyio
 import numpy as np
 
-from context_window.doctables import DocInfo
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
+from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput
 from context_window.models import Chunk, Summary
 from context_window.summarize import Summarizer

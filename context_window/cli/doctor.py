@@ -21,11 +21,12 @@ from typing import Any, TextIO
 import numpy as np
 
 from context_window.errors import StorageError
-from context_window.records import entry_problem, parse_line, patch_problem, time_problems
+from context_window.sessions.records import entry_problem, patch_problem, time_problems
 from context_window.storage import (
     REWRITE,
     Journal,
     is_valid_id,
+    parse_line,
     read_json,
     replaced_name,
     work_is_live,

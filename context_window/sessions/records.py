@@ -9,27 +9,12 @@ record may stop replay, listing, the CLI or doctor.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 MAX_SEQ = 2**53  # sequence numbers past this are not numbers a log can reach
 # Times are seconds since 1970: 0 up to the year 9999 (time_t's reach on every platform).
 MAX_TIME = 253_402_300_799.0
-
-
-def parse_line(line: bytes | str) -> dict[str, Any] | None:
-    """One JSON object, or None for anything else: invalid JSON, deep nesting, NaN."""
-    try:
-        rec = json.loads(line, parse_constant=reject_constant)
-    except (ValueError, RecursionError):
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-def reject_constant(name: str) -> Any:
-    """For ``json.loads(parse_constant=…)``: NaN and Infinity are not JSON."""
-    raise ValueError(f"{name} is not JSON")
 
 
 def time_or_none(value: Any) -> float | None:

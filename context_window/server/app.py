@@ -21,12 +21,12 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, Tool
 from pydantic import ValidationError
 
-from context_window.adapters import argument_errors, guarded, result
 from context_window.config import Settings
-from context_window.document_tools import register_document_tools
+from context_window.server.adapters import argument_errors, guarded, result
+from context_window.server.document_tools import register_document_tools
+from context_window.server.session_tools import READ_ONLY, register_session_tools
+from context_window.server.stdio import serve_stdio
 from context_window.service import Service
-from context_window.session_tools import READ_ONLY, register_session_tools
-from context_window.stdio import serve_stdio
 from context_window.tokens import estimate
 
 SESSIONS_HOW = (
@@ -87,7 +87,7 @@ class SlimServer(MCPServer):
             raise
 
     async def run_stdio_async(self) -> None:
-        """stdio through ``context_window.stdio``: every request with an id is answered."""
+        """stdio through ``context_window.server.stdio``: every request with an id is answered."""
         low = self._lowlevel_server
         await serve_stdio(low.run, low.create_initialization_options())
 

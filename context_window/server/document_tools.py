@@ -10,12 +10,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from context_window.adapters import guarded, result
-from context_window.docprogress import ingest_in_thread
-from context_window.docsummary import chunk_lines, summarize_range
-from context_window.doctables import DocInfo
-from context_window.documents import DocumentStore
-from context_window.docviews import (
+from context_window.documents.store import DocumentStore
+from context_window.documents.summaries import chunk_lines, summarize_range
+from context_window.documents.tables import DocInfo
+from context_window.packing import settle
+from context_window.server.adapters import guarded, result
+from context_window.server.progress import ingest_in_thread
+from context_window.server.views import (
     chunk_data,
     collapse,
     doc_data,
@@ -32,7 +33,6 @@ from context_window.docviews import (
     window_label,
     window_reserve,
 )
-from context_window.packing import settle
 from context_window.service import DOCUMENTS, Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

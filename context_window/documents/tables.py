@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window.docindex import DocIndex
+from context_window.documents.index import DocIndex
 from context_window.errors import StorageError
 from context_window.models import Chunk
 

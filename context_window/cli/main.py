@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from context_window import __version__
-from context_window.commands import DATA_COMMANDS, Command
+from context_window.cli.commands import DATA_COMMANDS, Command
 from context_window.config import Settings, load_settings
 from context_window.errors import ConfigError, ContextWindowError
 
@@ -314,7 +314,7 @@ def commands() -> tuple[Command, ...]:
 def _doctor(settings: Settings, _ns: argparse.Namespace) -> int:
     import anyio
 
-    from context_window.doctor import run
+    from context_window.cli.doctor import run
 
     status = run(settings.data_dir, sys.stdout)
     sys.stdout.write(anyio.run(schema_report, settings) + "\n")
@@ -330,7 +330,7 @@ def _calibrate(settings: Settings, _ns: argparse.Namespace) -> int:
 
 async def schema_report(settings: Settings) -> str:
     """What the tool schemas cost the model: estimated tokens of tools/list, per tool set."""
-    from context_window.server import tool_set_costs
+    from context_window.server.app import tool_set_costs
 
     costs = await tool_set_costs(settings)
     total = {tools: sum(per_tool.values()) for tools, per_tool in costs.items()}
@@ -354,7 +354,7 @@ async def _calibrate_async(settings: Settings) -> int:
 
 
 def _serve(settings: Settings, _ns: argparse.Namespace) -> int:
-    from context_window.server import build_server
+    from context_window.server.app import build_server
     from context_window.service import Service
 
     setup_logging()
@@ -363,7 +363,7 @@ def _serve(settings: Settings, _ns: argparse.Namespace) -> int:
     app = build_server(service)
     try:
         if settings.transport == "http":
-            from context_window.http import serve_http
+            from context_window.server.http import serve_http
 
             serve_http(app, service)
         else:

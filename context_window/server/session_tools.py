@@ -10,11 +10,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from context_window.adapters import guarded, result
 from context_window.models import Entry, Recall, SessionStats
 from context_window.packing import header_reserve, settle
+from context_window.server.adapters import guarded, result
 from context_window.service import Compaction, Service, session_key
-from context_window.sessions import Session
+from context_window.sessions.session import Session
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)

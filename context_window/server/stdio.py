@@ -25,7 +25,7 @@ import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-log = logging.getLogger("context_window.stdio")
+log = logging.getLogger("context_window.server.stdio")
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 _BOM = "\ufeff"

@@ -31,7 +31,8 @@ from typing import Any
 
 from context_window.errors import InvalidInput
 from context_window.models import Entry
-from context_window.records import entry_problem, patch_problem, reject_constant, time_problems
+from context_window.sessions.records import entry_problem, patch_problem, time_problems
+from context_window.storage import reject_constant
 
 SESSION_FORMAT = "context-window/session"
 DOCUMENT_FORMAT = "context-window/document"

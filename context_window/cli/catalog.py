@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context_window.doctables import DocInfo
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
+from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Entry, Hit, SessionInfo, SessionStats
-from context_window.sessions import Session
-from context_window.sessionstore import SessionStore
+from context_window.sessions.session import Session
+from context_window.sessions.store import SessionStore
 from context_window.storage import Journal, check_id, is_valid_id, read_json
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter

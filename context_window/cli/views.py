@@ -11,12 +11,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from context_window.archive import entry_flags
-from context_window.catalog import Found, SessionRow
-from context_window.doctables import DocInfo
+from context_window.cli.archive_format import entry_flags
+from context_window.cli.catalog import Found, SessionRow
+from context_window.documents.tables import DocInfo
 from context_window.models import Entry, Purged
-from context_window.records import time_or_none
-from context_window.sessions import Session
+from context_window.sessions.records import time_or_none
+from context_window.sessions.session import Session
 
 WIDTH = 80
 INDENT = "    "

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from context_window.config import Settings
 
 if TYPE_CHECKING:
-    from context_window.catalog import Catalog
+    from context_window.cli.catalog import Catalog
 
 Runner = Callable[[Settings, argparse.Namespace], int]
 
@@ -50,7 +50,7 @@ def _json(obj: Any) -> None:
 
 
 def _catalog(settings: Settings) -> Catalog:
-    from context_window.catalog import Catalog
+    from context_window.cli.catalog import Catalog
     from context_window.tokens import TokenCounter
 
     return Catalog(settings.data_dir, TokenCounter(settings.token_ratio))
@@ -61,7 +61,7 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _sessions(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window import views
+    from context_window.cli import views
 
     catalog = _catalog(settings)
     rows = catalog.sessions()
@@ -86,7 +86,7 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _show(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window import views
+    from context_window.cli import views
 
     catalog = _catalog(settings)
     session = catalog.session(ns.session)
@@ -99,7 +99,7 @@ def _show(settings: Settings, ns: argparse.Namespace) -> int:
 
 
 def _docs(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window import views
+    from context_window.cli import views
 
     docs = _catalog(settings).documents()
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
@@ -117,7 +117,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _search(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window import views
+    from context_window.cli import views
 
     catalog = _catalog(settings)
     found = catalog.search(ns.query, session_id=ns.session, doc_id=ns.doc, limit=ns.limit)
@@ -136,7 +136,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _export(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window.exchange import export_document, export_session, write_export
+    from context_window.cli.archive import export_document, export_session, write_export
 
     catalog = _catalog(settings)
     export = export_session if ns.kind == "session" else export_document
@@ -164,7 +164,7 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _import(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window.exchange import ChunkSettings, import_file
+    from context_window.cli.archive import ChunkSettings, import_file
 
     chunking = ChunkSettings(
         settings.chunk_tokens,
@@ -196,7 +196,7 @@ def _purge_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _purge(settings: Settings, ns: argparse.Namespace) -> int:
-    from context_window import views
+    from context_window.cli import views
 
     session = _catalog(settings).session(ns.session)
     done = session.purge(dry_run=ns.dry_run)

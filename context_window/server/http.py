@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from context_window.config import Settings
 from context_window.service import Service
 
-log = logging.getLogger("context_window.http")
+log = logging.getLogger("context_window.server.http")
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from context_window.doctables import Ingested
-from context_window.documents import DocumentStore
+from context_window.documents.store import DocumentStore
+from context_window.documents.tables import Ingested
 
 PROGRESS_SECONDS = 0.2
 

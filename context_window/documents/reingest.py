@@ -29,8 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.chunking import recorded_chunk_settings
-from context_window.doccursors import all_cursors, write_cursor
-from context_window.doctables import Kept
+from context_window.documents.cursors import all_cursors, write_cursor
+from context_window.documents.tables import Kept
 from context_window.storage import read_json, write_json_atomic
 
 BLOCK = 1 << 22

@@ -24,12 +24,20 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from context_window.doccursors import all_cursors, read_cursor, write_cursor
-from context_window.docfresh import INLINE_SOURCE, SourceState, source_state
-from context_window.docindex import OldIndex, score_all
-from context_window.docingest import BuildSpec, Progress, build, encode_text, no_progress, sha256_of
-from context_window.docreingest import carry_cursors, chunk_settings, compare
-from context_window.docsearch import (
+from context_window.documents.build import (
+    BuildSpec,
+    Progress,
+    build,
+    encode_text,
+    no_progress,
+    sha256_of,
+)
+from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
+from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
+from context_window.documents.index import OldIndex, score_all
+from context_window.documents.reingest import carry_cursors, chunk_settings, compare
+from context_window.documents.sandbox import read_file
+from context_window.documents.search import (
     Answer,
     Group,
     Scorer,
@@ -39,11 +47,10 @@ from context_window.docsearch import (
     prefilter,
     smooth,
 )
-from context_window.docsearch import answer as answer_passages
-from context_window.doctables import DocInfo, Ingested, Kept, Tables, Window
+from context_window.documents.search import answer as answer_passages
+from context_window.documents.tables import DocInfo, Ingested, Kept, Tables, Window
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.models import Chunk, Hit
-from context_window.sandbox import read_file
 from context_window.storage import (
     Journal,
     check_id,

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from context_window.docingest import sha256_of
-from context_window.doctables import DocInfo
+from context_window.documents.build import sha256_of
+from context_window.documents.sandbox import read_file, resolve_in_roots
+from context_window.documents.tables import DocInfo
 from context_window.errors import ContextWindowError, NotFound
-from context_window.sandbox import read_file, resolve_in_roots
 
 INLINE_SOURCE = "inline text"
 FRESH, CHANGED, MISSING, INLINE, UNKNOWN = "fresh", "changed", "missing", "inline", "unknown"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from context_window.errors import InvalidInput, NotFound
 from context_window.models import SessionInfo
-from context_window.records import time_or_none
-from context_window.sessions import Clock, Session, updated_time
+from context_window.sessions.records import time_or_none
+from context_window.sessions.session import Clock, Session, updated_time
 from context_window.storage import (
     check_id,
     new_id,

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from context_window.archive import (
+from context_window.chunking import recorded_chunk_settings
+from context_window.cli.archive_format import (
     FORMATS,
     DocumentArchive,
     SessionArchive,
@@ -34,13 +35,12 @@ from context_window.archive import (
     session_jsonl,
     session_markdown,
 )
-from context_window.catalog import Catalog, read_journal
-from context_window.chunking import recorded_chunk_settings
-from context_window.docingest import encode_text, sha256_of
-from context_window.documents import MAX_CHARS, DocumentStore, clean_title
+from context_window.cli.catalog import Catalog, read_journal
+from context_window.documents.build import encode_text, sha256_of
+from context_window.documents.sandbox import decode_utf8
+from context_window.documents.store import MAX_CHARS, DocumentStore, clean_title
 from context_window.errors import InvalidInput, NotFound, StorageError
-from context_window.records import time_or_none
-from context_window.sandbox import decode_utf8
+from context_window.sessions.records import time_or_none
 from context_window.storage import (
     check_id,
     jsonl_line,

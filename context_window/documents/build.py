@@ -33,10 +33,10 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.chunking import chunk_text
-from context_window.docindex import IndexBuilder
+from context_window.documents.index import IndexBuilder
+from context_window.documents.sandbox import decode_utf8
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
-from context_window.sandbox import decode_utf8
 from context_window.storage import write_json_atomic
 from context_window.termcount import TermCounter
 

@@ -37,8 +37,8 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.packing import pack
-from context_window.records import time_or_none
-from context_window.sessionstate import SessionState
+from context_window.sessions.records import time_or_none
+from context_window.sessions.state import SessionState
 from context_window.storage import Journal, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter

@@ -1,0 +1,13 @@
+"""Documents: material too large to read at once, ingested once and read in parts.
+
+``store`` is the way in; ``build`` ingests, ``tables`` is the chunks.jsonl codec and
+the tables read from it, ``index`` the persisted BM25 index, ``search`` line-level
+answers, ``reingest`` what a new version keeps, ``cursors`` per-session reading
+positions, ``freshness`` the source file's state, ``summaries`` cached summaries and
+``sandbox`` reading files only under the ingest roots.
+"""
+
+from context_window.documents.store import DocumentStore
+from context_window.documents.tables import DocInfo, Ingested, Window
+
+__all__ = ["DocInfo", "DocumentStore", "Ingested", "Window"]
