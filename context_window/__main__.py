@@ -1,5 +1,5 @@
 """Entry point for ``python -m context_window``."""
 
-from context_window.cli.main import main
+from context_window import main
 
 raise SystemExit(main())

@@ -15,7 +15,6 @@ from typing import TypeVar
 
 import anyio
 
-from context_window import __version__
 from context_window.calibration import Calibrator
 from context_window.config import Settings
 from context_window.documents.store import DocumentStore
@@ -28,6 +27,7 @@ from context_window.sessions.store import SessionStore
 from context_window.summarize import Summarizer
 from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter
+from context_window.version import __version__
 
 log = logging.getLogger("context_window")
 

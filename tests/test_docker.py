@@ -80,7 +80,7 @@ def test_runs_as_non_root() -> None:
 def test_entrypoint_is_the_console_script() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint() == ["context-window"]
-    assert scripts["context-window"] == "context_window.cli:main"
+    assert scripts["context-window"] == "context_window:main"
     assert not [a for op, a in instructions() if op == "CMD"]  # stdio by default
 
 

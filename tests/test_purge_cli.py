@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from context_window.cli.main import main
+from context_window import main
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import SettingsFactory, client
 from test_session_tools import error, ok
 
-from context_window.cli.main import main
+from context_window import main
 from context_window.config import load_settings
 from context_window.errors import ConfigError
 from context_window.server.app import build_server, slim_schema, tool_costs

@@ -10,18 +10,30 @@ bad setting). The configuration flags are accepted before or after the command.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from context_window import __version__
 from context_window.cli.commands import DATA_COMMANDS, Command
 from context_window.config import Settings, load_settings
 from context_window.errors import ConfigError, ContextWindowError
+from context_window.version import __version__
 
 log = logging.getLogger("context_window")
+
+
+@dataclass(frozen=True)
+class ServerEdge:
+    """What the command line needs of the MCP edge, handed in by ``context_window.main``
+    (the two edges do not import each other)."""
+
+    serve: Callable[[Settings], None]  # serve until stopped, on the configured transport
+    tool_set_costs: Callable[[Settings], Awaitable[dict[str, dict[str, int]]]]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -259,10 +271,11 @@ def startup_line(settings: Settings) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit status."""
+def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) -> int:
+    """Run the command line; returns the process exit status. ``server`` is needed to
+    serve and by doctor's schema report (``context_window.main`` passes it)."""
     ns = build_parser().parse_args(argv)
-    command = {c.name: c for c in commands()}[ns.command or "serve"]
+    command = {c.name: c for c in commands(server)}[ns.command or "serve"]
     try:
         settings = load_settings(_flags(ns))
         if command.creates_data_dir:
@@ -286,13 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def commands() -> tuple[Command, ...]:
+def commands(server: ServerEdge | None = None) -> tuple[Command, ...]:
     """Every subcommand, in the order --help lists them."""
     return (
         Command(
             "serve",
             "serve MCP over stdio or HTTP (the default command)",
-            _serve,
+            functools.partial(_serve, server=server),
             creates_data_dir=True,
         ),
         Command(
@@ -305,19 +318,20 @@ def commands() -> tuple[Command, ...]:
             "doctor",
             "audit the data dir read-only (exit 1 if problems are found); print the tool "
             "schemas' token cost",
-            _doctor,
+            functools.partial(_doctor, server=server),
         ),
         *DATA_COMMANDS,
     )
 
 
-def _doctor(settings: Settings, _ns: argparse.Namespace) -> int:
+def _doctor(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | None) -> int:
     import anyio
 
     from context_window.cli.doctor import run
 
     status = run(settings.data_dir, sys.stdout)
-    sys.stdout.write(anyio.run(schema_report, settings) + "\n")
+    if server is not None:
+        sys.stdout.write(anyio.run(schema_report, settings, server) + "\n")
     return status
 
 
@@ -328,11 +342,9 @@ def _calibrate(settings: Settings, _ns: argparse.Namespace) -> int:
     return anyio.run(_calibrate_async, settings)
 
 
-async def schema_report(settings: Settings) -> str:
+async def schema_report(settings: Settings, server: ServerEdge) -> str:
     """What the tool schemas cost the model: estimated tokens of tools/list, per tool set."""
-    from context_window.server.app import tool_set_costs
-
-    costs = await tool_set_costs(settings)
+    costs = await server.tool_set_costs(settings)
     total = {tools: sum(per_tool.values()) for tools, per_tool in costs.items()}
     return (
         f"tool schemas (tools/list): ~{total[settings.tools]} estimated tokens with "
@@ -353,21 +365,11 @@ async def _calibrate_async(settings: Settings) -> int:
     return 0 if service.counter.source == "calibrated" else 1
 
 
-def _serve(settings: Settings, _ns: argparse.Namespace) -> int:
-    from context_window.server.app import build_server
-    from context_window.service import Service
-
+def _serve(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | None) -> int:
+    if server is None:
+        raise ConfigError("this entry point cannot serve: run context-window (context_window.main)")
     setup_logging()
     log.info("%s", startup_line(settings))
-    service = Service(settings)
-    app = build_server(service)
-    try:
-        if settings.transport == "http":
-            from context_window.server.http import serve_http
-
-            serve_http(app, service)
-        else:
-            app.run("stdio")
-    except KeyboardInterrupt:
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve(settings)
     return 0

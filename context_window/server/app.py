@@ -106,6 +106,19 @@ def wire_tokens(tool: Tool, ratio: float) -> int:
     return estimate(json.dumps(wire, separators=(",", ":")), ratio)
 
 
+def serve(settings: Settings) -> None:
+    """Build the service and its MCP server, and serve on the configured transport until
+    stopped (stdio: until the client closes the pipe)."""
+    service = Service(settings)
+    app = build_server(service)
+    if settings.transport == "http":
+        from context_window.server.http import serve_http
+
+        serve_http(app, service)
+    else:
+        app.run("stdio")
+
+
 async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
     """Estimated tokens of each tool of ``app`` as tools/list sends it."""
     return {tool.name: wire_tokens(tool, ratio) for tool in await app.list_tools()}

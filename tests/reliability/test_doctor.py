@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from context_window import main as cli_main
 from context_window.cli.doctor import audit, run
-from context_window.cli.main import main as cli_main
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
