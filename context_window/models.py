@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Role = Literal["note", "user", "assistant", "system", "decision", "summary"]
 ROLES: tuple[str, ...] = ("note", "user", "assistant", "system", "decision")
 SummaryMethod = Literal["llm", "extractive", "verbatim"]
 

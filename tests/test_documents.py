@@ -11,7 +11,7 @@ import pytest
 from context_window.chunking import chunk_text
 from context_window.documents import build as docingest
 from context_window.documents.store import DocumentStore
-from context_window.errors import InvalidInput, NotFound
+from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
 from context_window.tokens import TokenCounter
 
 DOCS = Path(__file__).parent / "data" / "docs"
@@ -63,8 +63,9 @@ def test_forget_leaves_no_files(store: DocumentStore) -> None:
     store.window("log")
     store.forget("log")
     assert list(store.root.iterdir()) == []
-    with pytest.raises(NotFound, match="doc_list"):
+    with pytest.raises(NotFound, match="no document 'log'") as err:
         store.get("log")
+    assert err.value.remedy == INGEST_FIRST
 
 
 def test_a_build_without_meta_is_never_listed(store: DocumentStore) -> None:

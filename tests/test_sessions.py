@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from context_window.config import Settings
-from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.errors import FIND_ENTRY, OPEN_SESSION, InvalidInput, NotFound, StorageError
 from context_window.facts import lost_facts
 from context_window.service import Service
 from context_window.sessions.session import Session
@@ -93,13 +93,13 @@ def test_open_and_get_reject_unsafe_ids(store: SessionStore, bad: str) -> None:
     assert not store.root.exists() or not any(store.root.parent.parent.glob("x*"))
 
 
-def test_unknown_session_is_not_found_and_names_context_open(store: SessionStore) -> None:
+def test_unknown_session_is_not_found_and_names_the_known_ones(store: SessionStore) -> None:
     store.open("alpha")
     store.open("beta")
     with pytest.raises(NotFound) as err:
         store.get("gamma")
     message = str(err.value)
-    assert "context_open" in message
+    assert err.value.remedy == OPEN_SESSION and "context_open" not in message
     assert "alpha" in message and "beta" in message
     assert not (store.root / "gamma").exists()  # never created implicitly
 
@@ -146,7 +146,7 @@ def test_append_records_everything(session: Session) -> None:
         ({"text": ""}, "non-empty"),
         ({"text": "   \n"}, "non-empty"),
         ({"text": "a\x00b"}, "NUL"),
-        ({"text": "x" * 200_001}, "doc_ingest"),
+        ({"text": "x" * 200_001}, "the limit is 200000"),
         ({"text": "ok", "role": "summary"}, "role must be one of"),
         ({"text": "ok", "role": "boss"}, "role must be one of"),
         ({"text": "ok", "tags": [f"t{i}" for i in range(11)]}, "at most 10 tags"),
@@ -202,8 +202,9 @@ def test_update_needs_a_change_and_a_known_entry(session: Session) -> None:
     (a,) = fill(session, ["alpha"])
     with pytest.raises(InvalidInput):
         session.update(a)
-    with pytest.raises(NotFound, match="context_recall"):
+    with pytest.raises(NotFound, match="no entry 'e-nope'") as err:
         session.update("e-nope", pinned=True)
+    assert err.value.remedy == FIND_ENTRY
     with pytest.raises(NotFound):
         session.get("e-nope")
 
@@ -504,9 +505,10 @@ async def test_compaction_rejects_bad_target(service: Service, target: int) -> N
 
 
 @pytest.mark.anyio
-async def test_compaction_of_unknown_session_names_context_open(service: Service) -> None:
-    with pytest.raises(NotFound, match="context_open"):
+async def test_compaction_of_unknown_session_is_not_found(service: Service) -> None:
+    with pytest.raises(NotFound, match="no session 'ghost'") as err:
         await service.compact("ghost")
+    assert err.value.remedy == OPEN_SESSION
 
 
 @pytest.mark.parametrize("change", ["delete", "pin"])

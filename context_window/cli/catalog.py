@@ -62,17 +62,6 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, journal.skipped
 
 
-def entry_order(entries: list[Entry]) -> list[Entry]:
-    """Time order as recall shows it: a summary stands where the newest entry it folds stood."""
-    seqs = {e.id: e.seq for e in entries}
-
-    def key(e: Entry) -> tuple[float, int]:
-        folded = [seqs[r] for r in e.replaces if r in seqs]
-        return (max(folded) + 0.5 if folded else float(e.seq), e.seq)
-
-    return sorted(entries, key=key)
-
-
 class _Documents(DocumentStore):
     """The document store without its start-up sweep: reading must not tidy up."""
 

@@ -19,12 +19,28 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from context_window import errors
 from context_window.cli.commands import DATA_COMMANDS, Command
 from context_window.config import Settings, load_settings
-from context_window.errors import ConfigError, ContextWindowError
+from context_window.errors import ConfigError, ContextWindowError, advised
 from context_window.version import __version__
 
 log = logging.getLogger("context_window")
+
+# What a person at the shell can do about an error (see ``errors.REMEDIES``).
+ADVICE = {
+    errors.SPLIT_OR_INGEST: ". Split it, or ingest it as a document",
+    errors.FIND_ENTRY: "; `context-window show SESSION` lists its entry ids",
+    errors.FIND_COMPACTION: "; `context-window show SESSION` lists its summaries",
+    errors.UNCOMPACT_FIRST: "; undo compaction {compaction_id} first",
+    errors.REDO_COMPACTION: "; restoring its summary redoes it",
+    errors.RETRY: ". Run it again",
+    errors.OPEN_SESSION: ". `context-window sessions` lists them",
+    errors.LIST_DOCUMENTS: ". `context-window docs` lists what there is",
+    errors.INGEST_FIRST: ". `context-window docs` lists what there is",
+    errors.REINGEST: "; ingest it again from your MCP client, or forget it there",
+    errors.SET_INGEST_ROOT: ": start with --ingest-root DIR (or CTX_INGEST_ROOTS)",
+}
 
 
 @dataclass(frozen=True)
@@ -291,7 +307,7 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
     try:
         return command.run(settings, ns)
     except ContextWindowError as exc:
-        sys.stderr.write(f"context-window: error: {exc}\n")
+        sys.stderr.write(f"context-window: error: {advised(exc, ADVICE)}\n")
         return 2 if isinstance(exc, ConfigError) else 1
     except BrokenPipeError:  # `context-window show x | head`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)

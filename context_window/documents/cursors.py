@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from context_window.errors import NotFound
+from context_window.errors import LIST_DOCUMENTS, NotFound
 from context_window.storage import check_id, read_json, write_json_atomic
 
 CURSORS = "cursors"
@@ -37,7 +37,9 @@ def write_cursor(doc_dir: Path, session_id: str, value: int) -> None:
     try:
         path.parent.mkdir(exist_ok=True)  # never parents: a forgotten document stays gone
     except FileNotFoundError:
-        raise NotFound(f"document {doc_dir.name!r} was forgotten or replaced; doc_list") from None
+        raise NotFound(
+            f"document {doc_dir.name!r} was forgotten or replaced", remedy=LIST_DOCUMENTS
+        ) from None
     write_json_atomic(path, {"cursor": int(value)})
 
 

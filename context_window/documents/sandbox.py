@@ -19,11 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from context_window.errors import AccessDenied, InvalidInput, NotFound
+from context_window.errors import SET_INGEST_ROOT, AccessDenied, InvalidInput, NotFound
 
-NO_ROOTS = (
-    "doc_ingest can read files only under --ingest-root; none is configured: pass text instead"
-)
+NO_ROOTS = "files can be read only under an ingest root, and none is configured"
 _READ_BLOCK = 1 << 22
 
 
@@ -59,7 +57,7 @@ def _kind(mode: int) -> str:
 def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
     """The real path of ``file_path`` if it lies inside an ingest root, else AccessDenied."""
     if not roots:
-        raise AccessDenied(NO_ROOTS)
+        raise AccessDenied(NO_ROOTS, remedy=SET_INGEST_ROOT)
     if not isinstance(file_path, str) or not file_path.strip():
         raise InvalidInput("file_path must be a non-empty path")
     if "\x00" in file_path:

@@ -49,7 +49,14 @@ from context_window.documents.search import (
 )
 from context_window.documents.search import answer as answer_passages
 from context_window.documents.tables import DocInfo, Ingested, Kept, Tables, Window
-from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.errors import (
+    INGEST_FIRST,
+    LIST_DOCUMENTS,
+    REINGEST,
+    InvalidInput,
+    NotFound,
+    StorageError,
+)
 from context_window.models import Chunk, Hit
 from context_window.storage import (
     Journal,
@@ -161,7 +168,7 @@ class DocumentStore:
         return sorted(docs, key=lambda d: (-d.created_at, d.id))
 
     def get(self, doc_id: str) -> DocInfo:
-        """One document (NotFound naming doc_list and the known ids otherwise)."""
+        """One document (NotFound with the known ids otherwise)."""
         check_id(doc_id, "doc_id")
         meta = self._meta(doc_id)
         if meta is None and self.root.is_dir():  # between a replace's two renames? wait for it
@@ -169,10 +176,7 @@ class DocumentStore:
                 meta = self._meta(doc_id)
         if meta is None:
             known = ", ".join(d.id for d in self.all()[:20]) or "none"
-            raise NotFound(
-                f"no document {doc_id!r}; known documents: {known}. "
-                "Call doc_list, or doc_ingest it first"
-            )
+            raise NotFound(f"no document {doc_id!r}; known documents: {known}", remedy=INGEST_FIRST)
         return DocInfo.from_meta(meta)
 
     @contextlib.contextmanager
@@ -221,7 +225,7 @@ class DocumentStore:
                     tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
                 raise StorageError(
-                    f"document {doc.id!r} has a damaged index ({exc}); doc_ingest it again"
+                    f"document {doc.id!r} has a damaged index ({exc})", remedy=REINGEST
                 ) from exc
             self._tables[doc.id] = (doc.created_at, tables)
             return tables
@@ -591,7 +595,9 @@ class DocumentStore:
         else:
             with self.guard():  # not into a forgotten or a newer version's folder
                 if self._meta(doc.id) is None:
-                    raise NotFound(f"document {doc.id!r} was forgotten meanwhile; doc_list")
+                    raise NotFound(
+                        f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS
+                    )
                 write_cursor(folder, session_id, end + 1)
         return Window(
             doc, tuple(kept), truncated, end + 1, end + 1 >= n, used + reserve, session_id

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.documents.index import DocIndex
-from context_window.errors import StorageError
+from context_window.errors import REINGEST, StorageError
 from context_window.models import Chunk
 
 
@@ -170,9 +170,7 @@ class Tables:
 
     def damaged(self, what: str) -> StorageError:
         """The error for a document whose files no longer agree."""
-        return StorageError(
-            f"document {self.dir.name!r} is damaged ({what}); doc_ingest it again or doc_forget it"
-        )
+        return StorageError(f"document {self.dir.name!r} is damaged ({what})", remedy=REINGEST)
 
 
 def _chunk(rec: dict[str, Any]) -> Chunk:

@@ -19,9 +19,27 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
-from context_window.errors import ContextWindowError
+from context_window import errors
+from context_window.errors import ContextWindowError, advised
 
 log = logging.getLogger("context_window")
+
+# What the model can do about an error (see ``errors.REMEDIES``): the tool to call.
+ADVICE = {
+    errors.SPLIT_OR_INGEST: ". Split it, or ingest it as a document with doc_ingest",
+    errors.FIND_ENTRY: "; entry ids are shown by context_recall and context_append",
+    errors.FIND_COMPACTION: (
+        "; its id is the summary id context_compact returned (role summary in context_recall)"
+    ),
+    errors.UNCOMPACT_FIRST: "; call context_uncompact(compaction_id={compaction_id!r}) first",
+    errors.REDO_COMPACTION: "; context_update(entry_id=<the summary>, delete=false) redoes it",
+    errors.RETRY: ". Call it again",
+    errors.OPEN_SESSION: ". Call context_open to create or resume one",
+    errors.LIST_DOCUMENTS: "; call doc_list",
+    errors.INGEST_FIRST: ". Call doc_list, or doc_ingest it first",
+    errors.REINGEST: "; doc_ingest it again or doc_forget it",
+    errors.SET_INGEST_ROOT: ": pass text instead",
+}
 audit_log = logging.getLogger("context_window.audit")
 
 P = ParamSpec("P")
@@ -120,7 +138,7 @@ def guarded(
                 return await fn(*args, **kwargs)
             except ContextWindowError as exc:
                 outcome = type(exc).__name__
-                raise ToolError(str(exc)) from exc
+                raise ToolError(advised(exc, ADVICE)) from exc
             except ToolError:
                 outcome = "ToolError"
                 raise

@@ -26,7 +26,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.errors import (
+    FIND_COMPACTION,
+    FIND_ENTRY,
+    REDO_COMPACTION,
+    RETRY,
+    SPLIT_OR_INGEST,
+    UNCOMPACT_FIRST,
+    InvalidInput,
+    NotFound,
+    StorageError,
+)
 from context_window.models import (
     ROLES,
     CompactionPlan,
@@ -80,8 +90,8 @@ def _check_text(text: str, what: str = "text") -> str:
         raise InvalidInput(f"{what} must be a non-empty string")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput(
-            f"{what} is {len(text)} characters; the limit is {MAX_TEXT_CHARS}. "
-            "Split it, or ingest it as a document with doc_ingest"
+            f"{what} is {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
+            remedy=SPLIT_OR_INGEST,
         )
     if "\x00" in text:
         raise InvalidInput(f"{what} contains a NUL character")
@@ -248,10 +258,7 @@ class Session:
         with self.journal.locked():
             self._catch_up()
             if entry_id not in self._state.records:
-                raise NotFound(
-                    f"no entry {entry_id!r} in session {self.id!r}; "
-                    "entry ids are shown by context_recall and context_append"
-                )
+                raise NotFound(f"no entry {entry_id!r} in session {self.id!r}", remedy=FIND_ENTRY)
             self._check_pins(entry_id, pinned, deleted)
             self.journal.write([patch])
             self._state.apply([patch])
@@ -285,8 +292,10 @@ class Session:
         if pinned and rec["superseded"]:
             folder = (state.live_replacers(entry_id) or ["a summary"])[0]
             raise InvalidInput(
-                f"entry {entry_id} is folded into {folder}: context_uncompact("
-                f"compaction_id={folder!r}) first, then pin it"
+                f"entry {entry_id} is folded into {folder}; it can be pinned once that "
+                "compaction is undone",
+                remedy=UNCOMPACT_FIRST,
+                compaction_id=folder,
             )
 
     def plan_compaction(self, keep_recent: int) -> CompactionPlan:
@@ -335,7 +344,8 @@ class Session:
                 ):
                     raise StorageError(
                         f"entry {e.id} changed while the summary was being written; "
-                        "nothing was compacted. Call context_compact again"
+                        "nothing was compacted",
+                        remedy=RETRY,
                     )
             record["seq"] = self._state.max_seq + 1
             self.journal.write([record])
@@ -350,19 +360,19 @@ class Session:
             # A summary stays a compaction when a purge erased every entry it folded.
             if rec is None or not (rec["replaces"] or rec["role"] == "summary"):
                 raise NotFound(
-                    f"no compaction {compaction_id!r} in session {self.id!r}; its id is the "
-                    "summary id context_compact returned (role summary in context_recall)"
+                    f"no compaction {compaction_id!r} in session {self.id!r}",
+                    remedy=FIND_COMPACTION,
                 )
             if rec["deleted"]:
                 raise InvalidInput(
-                    f"compaction {compaction_id} is already undone; "
-                    "context_update(entry_id, delete=false) would redo it"
+                    f"compaction {compaction_id} is already undone", remedy=REDO_COMPACTION
                 )
             outer = self._state.live_replacers(compaction_id)
             if outer:
                 raise InvalidInput(
-                    f"summary {compaction_id} was itself folded into {outer[0]}; "
-                    f"call context_uncompact with compaction_id={outer[0]!r} first"
+                    f"summary {compaction_id} was itself folded into {outer[0]}",
+                    remedy=UNCOMPACT_FIRST,
+                    compaction_id=outer[0],
                 )
             patch = {"kind": "patch", "id": compaction_id, "deleted": True, "uncompacted": True}
             self.journal.write([patch])

@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from context_window.errors import InvalidInput, NotFound
+from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.models import SessionInfo
 from context_window.sessions.records import time_or_none
 from context_window.sessions.session import Clock, Session, updated_time
@@ -89,7 +89,7 @@ class SessionStore:
                 repair = "meta.json was unreadable: rebuilt it, damaged copy in meta.json.corrupt"
             elif has_log:
                 repair = "meta.json was missing: rebuilt it (title reset to the id)"
-            now = time.time()
+            now = self.clock()
             meta = {"id": sid, "title": title or sid, "created_at": now, "updated_at": now}
             made = [p for p in (self.root, directory) if not p.exists()]
             try:
@@ -101,7 +101,7 @@ class SessionStore:
                     raise storage_error(exc, f"cannot create session {sid!r}") from exc
                 repair += " (not saved: the data dir cannot be written)"
         elif title and title != meta.get("title"):
-            meta = {**meta, "title": title, "updated_at": time.time()}
+            meta = {**meta, "title": title, "updated_at": self.clock()}
             try:
                 write_json_atomic(meta_path, meta)
             except OSError as exc:
@@ -120,7 +120,7 @@ class SessionStore:
         return session, created
 
     def get(self, session_id: str) -> Session:
-        """An existing session; NotFound (naming context_open) otherwise."""
+        """An existing session; NotFound (with the known ids) otherwise."""
         check_id(session_id, "session_id")
         session = self._open.get(session_id)
         if session is not None:
@@ -129,8 +129,7 @@ class SessionStore:
             known = self.ids()
             listed = ", ".join(known[:10]) + (" …" if len(known) > 10 else "") if known else "none"
             raise NotFound(
-                f"no session {session_id!r} (known sessions: {listed}). "
-                "Call context_open to create or resume one"
+                f"no session {session_id!r} (known sessions: {listed})", remedy=OPEN_SESSION
             )
         return self.open(session_id)[0]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from context_window.errors import StorageError
+from context_window.errors import RETRY, StorageError
 
 from .support import service_for
 
@@ -42,8 +42,9 @@ def test_a_compaction_whose_original_was_purged_meanwhile_refuses_cleanly(
         check=False,
     )
     assert other.returncode == 0, other.stderr[-2000:]
-    with pytest.raises(StorageError, match="compact again"):
+    with pytest.raises(StorageError, match="nothing was compacted") as err:
         session.commit_summary(plan, "a summary", "extractive")
+    assert err.value.remedy == RETRY
     assert ids[0] not in [e.id for e in session.entries(include_hidden=True)]
     assert len(session.entries()) == 5  # nothing folded, nothing lost
 
