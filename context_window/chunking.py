@@ -31,7 +31,7 @@ from typing import NamedTuple, TypeGuard
 
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
-from context_window.tokens import estimate
+from context_window.tokens import estimate, longest_prefix
 
 # A line that may open or close a block: blank, a fence, or an ATX heading.
 _MARK = re.compile(r"\n(?=[^\S\n]*(?:\n|\Z)| {0,3}(?:```|~~~|#{1,6}[ \t]))")
@@ -311,15 +311,8 @@ class _Packer:
         p = found.start() if found else end
         while p < end:
             n = min(end - p, max(1, int(target / self.low_rate)))
-            if estimate(text[p : p + n], ratio) > target:
-                lo, hi = 1, n - 1  # the longest prefix within target; at least one char
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if estimate(text[p : p + mid], ratio) <= target:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                n = lo
+            if estimate(text[p : p + n], ratio) > target:  # at least one char
+                n = longest_prefix(text, p, p + n - 1, target, ratio)
             q = p + n
             if q < end:
                 piece = text[p:q]

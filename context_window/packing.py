@@ -1,13 +1,20 @@
-"""Fit ranked items into a token budget: greedy in rank order, skipping what does not fit."""
+"""Fitting into a token budget, in one place.
+
+``pack``: items in rank order, skipping what does not fit. ``leading``: the longest run
+of items from the start. ``fit_lines``: a header and as many lines as fit, with a note
+on the rest. ``header_reserve`` and ``settle``: room for an answer's own header.
+(The longest prefix of one text within a budget is ``tokens.truncate``.)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from context_window.models import Packed
+from context_window.tokens import TokenCounter
 
 
 def pack(
@@ -57,6 +64,49 @@ def pack(
             omitted += 1
         k += 1
     return Packed(items=tuple(chosen), used_tokens=used, omitted=omitted, budget=budget)
+
+
+def leading(costs: Iterable[int] | npt.NDArray[np.integer], budget: int) -> int:
+    """How many items from the start fit ``budget`` together (none skipped).
+
+    Costs are read only until the budget is passed, so a lazy iterable may be given.
+    """
+    if isinstance(costs, np.ndarray):
+        return int(np.searchsorted(np.cumsum(costs), budget, side="right"))
+    used = taken = 0
+    for cost in costs:
+        used += cost
+        if used > budget:
+            break
+        taken += 1
+    return taken
+
+
+def fit_lines(
+    header: str,
+    lines: Sequence[str],
+    budget: int,
+    counter: TokenCounter,
+    omitted: Callable[[int], str],
+) -> str:
+    """``header`` and as many of ``lines`` as fit ``budget``, then ``omitted(n)`` saying
+    how many did not. The whole text, that note included, stays within ``budget``."""
+    count = counter.count
+    header = counter.truncate(header, budget)
+
+    def take(room: int) -> int:
+        return leading((count(line) + 1 for line in lines), room - count(header))
+
+    kept = take(budget)
+    if kept == len(lines):
+        return "\n".join([header, *lines])
+    note = omitted(len(lines))  # the widest figure, so the note never grows below
+    kept = take(budget - count(note) - 1)
+    note = omitted(len(lines) - kept)
+    out = [header, *lines[:kept]]
+    if count("\n".join([*out, note])) <= budget:
+        out.append(note)
+    return "\n".join(out)
 
 
 def header_reserve(

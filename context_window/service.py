@@ -22,6 +22,7 @@ from context_window.errors import Busy, InvalidInput
 from context_window.facts import lost_facts
 from context_window.llm import LLMClient
 from context_window.models import CompactionPlan, Entry, Summary
+from context_window.packing import leading
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.summarize import Summarizer
@@ -123,18 +124,8 @@ class Service:
         if self.llm is not None:
             await self.llm.aclose()
 
-    def _fit_facts(self, facts: list[str], budget: int) -> list[str]:
-        """The leading facts whose ``; ``-joined list fits in ``budget`` tokens."""
-        used, out = 0, []
-        for fact in facts:
-            used += self.counter.count(fact) + 1  # the separator
-            if used > budget:
-                break
-            out.append(fact)
-        return out
-
     def session(self, session_id: str) -> Session:
-        """An existing session (NotFound naming context_open otherwise)."""
+        """An existing session (NotFound with the known ids otherwise)."""
         return self.sessions.get(session_id)
 
     async def run(self, key: str, work: Callable[[], T]) -> T:
@@ -182,7 +173,7 @@ class Service:
         summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
         originals = "\n".join(e.text for e in plan.entries)
         lost = await anyio.to_thread.run_sync(lost_facts, originals, summary.text)
-        kept = self._fit_facts(lost, target_tokens)
+        kept = lost[: leading((self.counter.count(f) + 1 for f in lost), target_tokens)]
         final = summary
         if lost:
             more = len(lost) - len(kept)

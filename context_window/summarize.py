@@ -19,6 +19,7 @@ import regex
 from context_window.errors import InvalidInput, UpstreamError
 from context_window.llm import LLMClient
 from context_window.models import Summary
+from context_window.packing import pack
 from context_window.textindex import STOP_WORDS
 from context_window.tokens import TokenCounter, truncate
 
@@ -242,15 +243,8 @@ def _greedy(
     order: list[int], spans: list[tuple[int, int]], text: str, counter: TokenCounter, budget: int
 ) -> list[int]:
     """Sentences taken in score order while they fit ``budget``; ones that do not are skipped."""
-    chosen: list[int] = []
-    used = 0
-    for i in order:
-        start, end = spans[i]
-        cost = counter.count(text[start:end]) + 1  # +1 for the separator
-        if used + cost <= budget:
-            chosen.append(i)
-            used += cost
-    return chosen
+    costs = [counter.count(text[spans[i][0] : spans[i][1]]) + 1 for i in order]  # +1: separator
+    return [order[k] for k in pack(costs, budget).items]
 
 
 def _join(indices: list[int], spans: list[tuple[int, int]], text: str) -> str:

@@ -33,18 +33,28 @@ def truncate(text: str, budget: int, ratio: float, marker: str = " …") -> str:
     room = budget - estimate(marker, ratio)
     if room <= 0:
         return ""
-    lo, hi = 0, len(text)
-    while lo < hi:  # largest prefix length whose estimate fits
-        mid = (lo + hi + 1) // 2
-        if estimate(text[:mid], ratio) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = longest_prefix(text, 0, len(text), room, ratio, shortest=0)
     cut = text[:lo]
     space = cut.rfind(" ")
     if space > lo * 0.8:
         cut = cut[:space]
     return cut.rstrip() + marker
+
+
+def longest_prefix(
+    text: str, start: int, end: int, budget: int, ratio: float, *, shortest: int = 1
+) -> int:
+    """The length of the longest ``text[start:start + n]``, ``shortest <= n <= end - start``,
+    whose estimate fits ``budget`` (``shortest`` when none does): a binary search, as the
+    estimate only grows with the length."""
+    lo, hi = shortest, end - start
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate(text[start : start + mid], ratio) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def calibrated_ratio(

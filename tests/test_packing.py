@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_window.packing import pack
+from context_window.packing import fit_lines, leading, pack
+from context_window.tokens import TokenCounter
 
 
 def test_takes_items_in_rank_order_while_they_fit() -> None:
@@ -91,3 +96,41 @@ def test_lazy_packing_never_exceeds_and_matches_the_plain_greedy(
     assert lazy.used_tokens == sum(true[i] for i in lazy.items) <= budget
     assert len(lazy.items) + lazy.omitted == len(items)
     assert lazy == pack(true, budget)  # lower bounds only save work, never change the choice
+
+
+# --- leading and fit_lines ----------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 50), max_size=30), st.integers(0, 400))
+def test_leading_is_the_longest_run_from_the_start(costs: list[int], budget: int) -> None:
+    n = leading(costs, budget)
+    assert sum(costs[:n]) <= budget
+    assert n == len(costs) or sum(costs[: n + 1]) > budget
+    assert leading(np.array(costs, dtype=np.int64), budget) == n
+    assert leading(iter(costs), budget) == n
+
+
+def test_leading_reads_a_lazy_iterable_only_until_the_budget_is_passed() -> None:
+    read: list[int] = []
+
+    def costs() -> Iterator[int]:
+        for i in range(1000):
+            read.append(i)
+            yield 10
+
+    assert leading(costs(), 35) == 3
+    assert len(read) == 4
+
+
+@pytest.mark.parametrize("budget", [20, 40, 80, 200, 5000])
+def test_fit_lines_keeps_the_whole_answer_within_the_budget(budget: int) -> None:
+    counter = TokenCounter(0.25)
+    lines = [f"line {i}: " + "word " * (i % 7) for i in range(300)]
+    text = fit_lines("Outline of doc:", lines, budget, counter, lambda n: f"… {n:,} more lines")
+    assert counter.count(text) <= budget
+    shown = text.splitlines()[1:]
+    if budget == 5000:
+        assert shown == lines
+    else:
+        assert shown[-1] == f"… {300 - (len(shown) - 1):,} more lines"
+        assert shown[:-1] == lines[: len(shown) - 1]

@@ -12,7 +12,6 @@ was exported with, so its chunks come out the same.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -39,8 +38,9 @@ from context_window.cli.catalog import Catalog, read_journal
 from context_window.documents.build import encode_text, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore, clean_title
+from context_window.documents.tables import chunk_record, decode_chunk
 from context_window.errors import InvalidInput, NotFound, StorageError
-from context_window.sessions.records import time_or_none
+from context_window.localtime import time_or_none
 from context_window.storage import (
     check_id,
     jsonl_line,
@@ -147,11 +147,10 @@ def _chunk_records(directory: Path, text: str) -> Iterator[dict[str, Any]]:
             for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
-                rec = json.loads(line)
-                start, end = rec["start"], rec["end"]
-                if text[start:end] != rec["text"]:
+                chunk = decode_chunk(line)
+                if text[chunk.start : chunk.end] != chunk.text:
                     raise ValueError(f"line {number} does not match source.txt")
-                yield rec
+                yield chunk_record(chunk)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StorageError(
             f"document {directory.name!r} is damaged (chunks.jsonl: {exc}); "

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from context_window.errors import InvalidInput
+from context_window.localtime import local_time
 from context_window.models import Entry
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
 from context_window.storage import reject_constant
@@ -106,9 +106,7 @@ def _oneline(text: str) -> str:
 
 
 def _when(stamp: Any) -> str:
-    if not isinstance(stamp, int | float) or isinstance(stamp, bool):
-        return "unknown time"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+    return local_time(stamp, seconds=True, unknown="unknown time")
 
 
 def fence_for(text: str) -> str:

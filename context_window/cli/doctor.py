@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from context_window.documents.tables import INDEX_ARRAYS
 from context_window.errors import StorageError
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
 from context_window.storage import (
@@ -31,18 +32,6 @@ from context_window.storage import (
     replaced_name,
     work_is_live,
 )
-
-# Index arrays a document needs: N + extra rows for N chunks, or None when not per chunk.
-_INDEX_ARRAYS: dict[str, int | None] = {
-    "lines.npy": 1,
-    "chunks.npy": 0,
-    "heading_ids.npy": 0,
-    "doc_len.npy": 0,
-    "term_offsets.npy": None,
-    "post_offsets.npy": None,
-    "post_chunks.npy": None,
-    "post_tfs.npy": None,
-}
 
 
 @dataclass(frozen=True)
@@ -387,7 +376,7 @@ def _audit_index(report: Report, directory: Path, n: int) -> None:
         report.add(stats, f"says {data.get('chunks')!r} chunks, chunks.jsonl has {n}")
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
-    for name, extra in _INDEX_ARRAYS.items():
+    for name, extra in INDEX_ARRAYS.items():
         path = index / name
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)

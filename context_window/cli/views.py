@@ -7,15 +7,14 @@ shortened, so every one can be pasted into the next command.
 from __future__ import annotations
 
 import textwrap
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from context_window.cli.archive_format import entry_flags
 from context_window.cli.catalog import Found, SessionRow
 from context_window.documents.tables import DocInfo
+from context_window.localtime import local_time
 from context_window.models import Entry, Purged
-from context_window.sessions.records import time_or_none
 from context_window.sessions.session import Session
 
 WIDTH = 80
@@ -25,8 +24,7 @@ SNIPPET_LINES = 3
 
 def when(stamp: float) -> str:
     """A local time to the minute, or '-' when unknown."""
-    usable = time_or_none(stamp)
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(usable)) if usable else "-"
+    return local_time(stamp)
 
 
 def _fit(text: str, width: int) -> str:
@@ -91,7 +89,7 @@ def _wrapped(text: str, indent: str = INDENT) -> list[str]:
 def _entry_head(e: Entry) -> str:
     """``id  time  role  [flags]  #tags`` for one entry."""
     flags = entry_flags(e)
-    parts = [e.id, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created_at)), e.role]
+    parts = [e.id, local_time(e.created_at, seconds=True), e.role]
     if flags:
         parts.append("[" + ", ".join(flags) + "]")
     if e.tags:

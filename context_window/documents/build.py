@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import re
 import time
@@ -35,6 +34,7 @@ import numpy.typing as npt
 from context_window.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
 from context_window.documents.sandbox import decode_utf8
+from context_window.documents.tables import encode_chunk
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
 from context_window.storage import write_json_atomic
@@ -224,7 +224,7 @@ def _write_chunks(
                     take += 1
                 batch = chunks[:take]
                 del chunks[:take]
-                encoded = [_line(c) for c in batch]
+                encoded = [encode_chunk(c) for c in batch]
                 out.write(b"".join(encoded))
                 for c, line in zip(batch, encoded, strict=True):
                     offset += len(line)
@@ -244,20 +244,6 @@ def _write_chunks(
     np.save(index_dir / "heading_ids.npy", heading_ids.array())
     write_json_atomic(index_dir / "headings.json", {"trails": list(trails)})
     return {"chunks": done, "tokens": math.ceil(tokens), "terms": int(stats["terms"])}
-
-
-def _line(c: Chunk) -> bytes:
-    """One chunks.jsonl line."""
-    record = {
-        "index": c.index,
-        "text": c.text,
-        "tokens": c.tokens,
-        "start": c.start,
-        "end": c.end,
-        "heading": c.heading,
-        "line": c.line,
-    }
-    return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 class _Growing:

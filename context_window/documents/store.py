@@ -58,6 +58,7 @@ from context_window.errors import (
     StorageError,
 )
 from context_window.models import Chunk, Hit
+from context_window.packing import leading
 from context_window.storage import (
     Journal,
     check_id,
@@ -565,7 +566,7 @@ class DocumentStore:
         stop = n - 1 if last is None else min(last, n - 1)
         room = budget - reserve
         costs = tables.tokens()[start : stop + 1] * self.scale(doc)
-        fits = int(np.searchsorted(np.cumsum(costs), room, side="right"))
+        fits = leading(costs, room)
         chunks = tables.read(start, start + max(1, fits) - 1)
         if opening is not None:
             chunks[0] = _from_line(chunks[0], opening)

@@ -19,6 +19,20 @@ from context_window.documents.index import DocIndex
 from context_window.errors import REINGEST, StorageError
 from context_window.models import Chunk
 
+# The arrays of a document's index/ directory, with the rows each holds beyond one per
+# chunk (lines.npy has N + 1 offsets), or None when not per chunk. ``build`` and
+# ``index`` write them, ``Tables`` and ``DocIndex`` read them, doctor checks them.
+INDEX_ARRAYS: dict[str, int | None] = {
+    "lines.npy": 1,
+    "chunks.npy": 0,
+    "heading_ids.npy": 0,
+    "doc_len.npy": 0,
+    "term_offsets.npy": None,
+    "post_offsets.npy": None,
+    "post_chunks.npy": None,
+    "post_tfs.npy": None,
+}
+
 
 @dataclass(frozen=True)
 class DocInfo:
@@ -161,7 +175,7 @@ class Tables:
             with (self.dir / "chunks.jsonl").open("rb") as f:
                 f.seek(a)
                 data = f.read(b - a)
-            chunks = [_chunk(json.loads(line)) for line in data.splitlines() if line.strip()]
+            chunks = [decode_chunk(line) for line in data.splitlines() if line.strip()]
         except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
             raise self.damaged(f"chunks.jsonl: {type(exc).__name__}") from exc
         if [c.index for c in chunks] != list(range(first, last + 1)):
@@ -173,8 +187,27 @@ class Tables:
         return StorageError(f"document {self.dir.name!r} is damaged ({what})", remedy=REINGEST)
 
 
-def _chunk(rec: dict[str, Any]) -> Chunk:
-    """A Chunk from one chunks.jsonl record."""
+def chunk_record(c: Chunk) -> dict[str, Any]:
+    """The chunks.jsonl record of a chunk (the codec's one list of fields)."""
+    return {
+        "index": c.index,
+        "text": c.text,
+        "tokens": c.tokens,
+        "start": c.start,
+        "end": c.end,
+        "heading": c.heading,
+        "line": c.line,
+    }
+
+
+def encode_chunk(c: Chunk) -> bytes:
+    """One chunks.jsonl line."""
+    return json.dumps(chunk_record(c), ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def decode_chunk(line: bytes | str) -> Chunk:
+    """The chunk of one chunks.jsonl line (ValueError, KeyError or TypeError if it is not one)."""
+    rec = json.loads(line)
     return Chunk(
         int(rec["index"]),
         str(rec["text"]),

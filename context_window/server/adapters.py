@@ -16,13 +16,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 
 from context_window import errors
 from context_window.errors import ContextWindowError, advised
 
 log = logging.getLogger("context_window")
+
+# The tool annotations, one set for every tool: no tool reaches outside the data dir
+# and the ingest roots, so none is open-world.
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 # What the model can do about an error (see ``errors.REMEDIES``): the tool to call.
 ADVICE = {

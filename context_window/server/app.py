@@ -22,9 +22,9 @@ from mcp.types import CallToolResult, InputRequiredResult, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
-from context_window.server.adapters import argument_errors, guarded, result
+from context_window.server.adapters import READ_ONLY, argument_errors, guarded, result
 from context_window.server.document_tools import register_document_tools
-from context_window.server.session_tools import READ_ONLY, register_session_tools
+from context_window.server.session_tools import register_session_tools
 from context_window.server.stdio import serve_stdio
 from context_window.service import Service
 from context_window.tokens import estimate

@@ -7,14 +7,15 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import Field
 
+from context_window import packing
 from context_window.documents.store import DocumentStore
 from context_window.documents.summaries import chunk_lines, summarize_range
 from context_window.documents.tables import DocInfo
 from context_window.packing import settle
-from context_window.server.adapters import guarded, result
+from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded, result
 from context_window.server.progress import ingest_in_thread
 from context_window.server.views import (
     chunk_data,
@@ -35,9 +36,6 @@ from context_window.server.views import (
 )
 from context_window.service import DOCUMENTS, Service
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 P = ParamSpec("P")
 OUTLINE_SUMMARIES = 20  # chunks summarized per doc_outline call unless max_chunks says otherwise
 
@@ -63,35 +61,15 @@ def from_keyword(
 
 
 def fit_lines(header: str, lines: list[str], budget: int, service: Service) -> str:
-    """``header`` and as many of ``lines`` as fit ``budget`` tokens, saying how many did not.
+    """``header`` and as many ``lines`` as fit ``budget`` (see ``packing.fit_lines``)."""
 
-    The whole text, the note on what was left out included, stays within ``budget``.
-    """
-    count = service.counter.count
-    header = service.counter.truncate(header, budget)
+    def omitted(n: int) -> str:
+        return (
+            f"… {n:,} more lines omitted to fit {budget} tokens "
+            "(use max_chunks, doc_window or doc_search)"
+        )
 
-    def take(room: int) -> list[str]:
-        used, kept = count(header), []
-        for line in lines:
-            used += count(line) + 1
-            if used > room:
-                break
-            kept.append(line)
-        return kept
-
-    kept = take(budget)
-    if len(kept) == len(lines):
-        return "\n".join([header, *kept])
-    note = (
-        f"… {len(lines):,} more lines omitted to fit {budget} tokens "
-        "(use max_chunks, doc_window or doc_search)"
-    )
-    kept = take(budget - count(note) - 1)
-    note = note.replace(f"{len(lines):,} more", f"{len(lines) - len(kept):,} more")
-    out = [header, *kept]
-    if count("\n".join([*out, note])) <= budget:
-        out.append(note)
-    return "\n".join(out)
+    return packing.fit_lines(header, lines, budget, service.counter, omitted)
 
 
 def unsearchable_answer(

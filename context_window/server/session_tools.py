@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import Field
 
+from context_window.localtime import local_time
 from context_window.models import Entry, Recall, SessionStats
 from context_window.packing import header_reserve, settle
-from context_window.server.adapters import guarded, result
+from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded, result
 from context_window.service import Compaction, Service, session_key
 from context_window.sessions.session import Session
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 PREVIEW_CHARS = 160
 FACTS_IN_REPORT = 30
 
@@ -41,7 +39,7 @@ def preview(entry: Entry, chars: int = PREVIEW_CHARS) -> str:
 
 
 def _when(stamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+    return local_time(stamp)
 
 
 def _head(entry: Entry) -> str:
@@ -132,7 +130,7 @@ def recall_label(entry: Entry) -> str:
             f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
         )
     extra = f" ({', '.join(flags)})" if flags else ""
-    when = time.strftime("%m-%d %H:%M", time.localtime(entry.created_at))
+    when = local_time(entry.created_at, year=False)
     return f"[{entry.id} {when}{role}{tags}{extra}]"
 
 
@@ -431,7 +429,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         return await service.run(session_key(session_id), work)
 
     @app.tool(
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+        annotations=DESTROYS,
         description="Pin/unpin an entry, or delete it (delete=false restores it).",
     )
     @guarded("context_update", audit)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ from context_window.documents.reingest import describe
 from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept, Window
+from context_window.localtime import local_time
 from context_window.models import Chunk
 from context_window.packing import header_reserve
 
@@ -235,4 +235,4 @@ def render_summary(s: DocSummary) -> str:
 
 def _when(stamp: float) -> str:
     """A local date and time, to the minute."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+    return local_time(stamp)

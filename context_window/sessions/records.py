@@ -9,20 +9,11 @@ record may stop replay, listing, the CLI or doctor.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from context_window.localtime import time_or_none
+
 MAX_SEQ = 2**53  # sequence numbers past this are not numbers a log can reach
-# Times are seconds since 1970: 0 up to the year 9999 (time_t's reach on every platform).
-MAX_TIME = 253_402_300_799.0
-
-
-def time_or_none(value: Any) -> float | None:
-    """A usable timestamp, or None (not a number, NaN, infinite, negative, past year 9999)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) and 0.0 <= number <= MAX_TIME else None
 
 
 def entry_problem(rec: dict[str, Any]) -> str | None:

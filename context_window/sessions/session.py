@@ -37,6 +37,7 @@ from context_window.errors import (
     NotFound,
     StorageError,
 )
+from context_window.localtime import time_or_none
 from context_window.models import (
     ROLES,
     CompactionPlan,
@@ -47,7 +48,6 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.packing import pack
-from context_window.sessions.records import time_or_none
 from context_window.sessions.state import SessionState
 from context_window.storage import Journal, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from context_window.localtime import time_or_none
 from context_window.models import Entry
-from context_window.sessions.records import entry_problem, patch_problem, time_or_none
+from context_window.sessions.records import entry_problem, patch_problem
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter

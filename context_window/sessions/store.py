@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
+from context_window.localtime import time_or_none
 from context_window.models import SessionInfo
-from context_window.sessions.records import time_or_none
 from context_window.sessions.session import Clock, Session, updated_time
 from context_window.storage import (
     check_id,

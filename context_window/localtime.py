@@ -1,0 +1,32 @@
+"""Times as people read them: local date and time, from seconds since 1970.
+
+Every time shown by a tool, a command or an export goes through ``local_time``; a
+stored time that is not a usable one (see ``time_or_none``) reads as unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+# Times are seconds since 1970: 0 up to the year 9999 (time_t's reach on every platform).
+MAX_TIME = 253_402_300_799.0
+
+
+def time_or_none(value: Any) -> float | None:
+    """A usable timestamp, or None (not a number, NaN, infinite, negative, past year 9999)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and 0.0 <= number <= MAX_TIME else None
+
+
+def local_time(stamp: Any, *, seconds: bool = False, year: bool = True, unknown: str = "-") -> str:
+    """``YYYY-MM-DD HH:MM`` in local time (``:SS`` with ``seconds``, no year without
+    ``year``), or ``unknown`` for a time that is not a usable one."""
+    usable = time_or_none(stamp)
+    if usable is None:
+        return unknown
+    fmt = ("%Y-%m-%d " if year else "%m-%d ") + ("%H:%M:%S" if seconds else "%H:%M")
+    return time.strftime(fmt, time.localtime(usable))
