@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the MCP Inspector CLI (npm: @modelcontextprotocol/inspector) into .ci/inspector,
-# for tests/test_inspector.py (marked `inspector`), which drive the server through it over
+# for tests/integration/test_inspector.py (marked `inspector`), which drive the server through it over
 # stdio and Streamable HTTP. Failure is tolerated: those tests skip when it is absent.
 # Usage: bash .ci/inspector.sh   (INSPECTOR_VERSION overrides the pinned version)
 set -u

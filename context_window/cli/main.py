@@ -224,7 +224,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
     )
 
 
-def _flags(ns: argparse.Namespace) -> dict[str, Any]:
+def settings_flags(ns: argparse.Namespace) -> dict[str, Any]:
     """The parsed flags that map onto Settings fields (None = not given)."""
     names = (
         "data_dir",
@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
     ns = build_parser().parse_args(argv)
     command = {c.name: c for c in commands(server)}[ns.command or "serve"]
     try:
-        settings = load_settings(_flags(ns))
+        settings = load_settings(settings_flags(ns))
         if command.creates_data_dir:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
     except ConfigError as exc:

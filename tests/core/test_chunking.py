@@ -17,7 +17,7 @@ from context_window.errors import InvalidInput
 from context_window.models import Chunk
 from context_window.tokens import estimate
 
-DATA = Path(__file__).parent / "data" / "chunking"
+DATA = Path(__file__).parents[1] / "data" / "chunking"
 GOLDEN_SOURCES = ("guide.md", "ledger.py.txt", "hdfs_600.log")
 GOLDEN_SETTINGS = ((120, 20), (200, 20), (200, 60))
 

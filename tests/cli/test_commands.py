@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_exchange import SPEC, TRICKY, build_session, cli
 
-from context_window.cli.main import _flags, build_parser, main
+from context_window.cli.main import build_parser, main, settings_flags
 from context_window.config import Settings, load_settings
 from context_window.service import Service
 
@@ -213,7 +213,7 @@ def test_flags_before_or_after_the_command(tmp_path: Path) -> None:
     ns = p.parse_args(
         ["--ingest-root", str(a), "serve", "--ingest-root", str(b), "--budget", "900"]
     )
-    s = load_settings(_flags(ns), environ={})
+    s = load_settings(settings_flags(ns), environ={})
     assert s.ingest_roots == (a, b) and s.budget == 900 and ns.command == "serve"
     ns = p.parse_args(["--budget", "700", "--no-llm", "sessions", "--json"])
     assert (ns.command, ns.budget, ns.llm_enabled, ns.json) == ("sessions", 700, False, True)

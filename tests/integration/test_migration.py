@@ -16,7 +16,7 @@ from conftest import SettingsFactory, client
 
 from context_window.documents.index import INDEX_VERSION
 
-FIXTURE = Path(__file__).parent / "data" / "datadir-0.1.0"
+FIXTURE = Path(__file__).parents[1] / "data" / "datadir-0.1.0"
 
 pytestmark = pytest.mark.anyio
 

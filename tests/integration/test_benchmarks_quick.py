@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+ROOT = Path(__file__).resolve().parents[2]
+_BESIDE = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
 LOGHUB = Path(
     os.environ.get("CTX_BENCH_LOGHUB", _BESIDE if _BESIDE.is_dir() else "/work/shared/data/loghub")
 )

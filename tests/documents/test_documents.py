@@ -14,7 +14,7 @@ from context_window.documents.store import DocumentStore
 from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
 from context_window.tokens import TokenCounter
 
-DOCS = Path(__file__).parent / "data" / "docs"
+DOCS = Path(__file__).parents[1] / "data" / "docs"
 
 
 @pytest.fixture

@@ -6,22 +6,17 @@ test_docker.py and test_inspector.py.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import mcp
 import pytest
-from mcp.client.streamable_http import streamable_http_client
+from helpers import Running, http_client, http_server, server_command
 from mcp.types import TextContent
 
 from context_window import __version__
@@ -48,102 +43,6 @@ INIT = {
     },
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Running:
-    """A server subprocess and where to reach it."""
-
-    proc: subprocess.Popen[bytes]
-    base: str
-    stdout: Path
-    stderr: Path
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.base}/mcp"
-
-    def log(self) -> str:
-        return self.stderr.read_text(encoding="utf-8", errors="replace")
-
-
-def server_command(*args: str) -> list[str]:
-    """``python -m context_window`` with arguments."""
-    return [sys.executable, "-m", "context_window", *args]
-
-
-@contextmanager
-def http_server(
-    tmp_path: Path,
-    *args: str,
-    host: str = "127.0.0.1",
-    command: Sequence[str] | None = None,
-    env: dict[str, str] | None = None,
-) -> Iterator[Running]:
-    """Start an HTTP server subprocess, wait for /health, and stop it afterwards.
-
-    ``env`` is the whole environment; by default ours without CTX_* variables.
-    """
-    port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
-    data = tmp_path / f"data-{port}"
-    cmd = (
-        list(command)
-        if command is not None
-        else server_command("--no-llm", "--data-dir", str(data))
-    )
-    cmd += ["--http", "--host", host, "--port", str(port), *args]
-    out, err = tmp_path / f"stdout-{port}.txt", tmp_path / f"stderr-{port}.txt"
-    if env is None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen(cmd, stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    shown = f"[{shown}]" if ":" in shown else shown
-    running = Running(proc, f"http://{shown}:{port}", out, err)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{running.log()}")
-            try:
-                if httpx.get(f"{running.base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not ready within 30 s:\n{running.log()}")
-            time.sleep(0.1)
-        yield running
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@asynccontextmanager
-async def http_client(url: str, token: str | None = None) -> AsyncIterator[mcp.Client]:
-    """An MCP client over Streamable HTTP, sending a bearer token if given."""
-    if token is None:
-        async with mcp.Client(url) as client:
-            yield client
-        return
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        mcp.Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        yield client
 
 
 def text(result: Any) -> str:

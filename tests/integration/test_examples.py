@@ -10,13 +10,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from test_http import http_client, http_server
+from helpers import http_client, http_server
 
 from context_window.config import load_settings
 from context_window.server.app import build_server
 from context_window.service import Service
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.json"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from context_window import __version__
-from context_window.cli.main import _flags, build_parser, startup_line
+from context_window.cli.main import build_parser, settings_flags, startup_line
 from context_window.config import load_settings
 
 FLAGS = (
@@ -118,7 +118,7 @@ def test_flags_map_onto_settings(tmp_path: Path) -> None:
             "--port", "9", "--http-token", "t", "--no-audit",
         ]
     )  # fmt: skip
-    s = load_settings(_flags(ns), environ={"CTX_BUDGET": "1234", "CTX_AUDIT": "1"})
+    s = load_settings(settings_flags(ns), environ={"CTX_BUDGET": "1234", "CTX_AUDIT": "1"})
     assert s.data_dir == tmp_path and s.ingest_roots == (root, tmp_path)
     assert (s.llm_base_url, s.llm_model, s.llm_api_key, s.llm_timeout) == (
         "http://h:1/v1",
@@ -132,7 +132,7 @@ def test_flags_map_onto_settings(tmp_path: Path) -> None:
 
 
 def test_unset_flags_leave_environment_values(tmp_path: Path) -> None:
-    flags = _flags(build_parser().parse_args([]))
+    flags = settings_flags(build_parser().parse_args([]))
     assert all(v is None for v in flags.values())
     env = {
         "CTX_DATA_DIR": str(tmp_path),

@@ -12,7 +12,7 @@ from context_window.documents.index import DocIndex, IndexBuilder, score_all
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
 
-LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
 if not LOGHUB.is_dir():
     LOGHUB = Path("/work/shared/data/loghub")
 

@@ -21,7 +21,7 @@ from context_window.config import load_settings
 from context_window.server.app import build_server
 from context_window.service import Service
 
-LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
 if not LOGHUB.is_dir():
     LOGHUB = Path("/work/shared/data/loghub")
 SYSTEMS = sorted(p.name for p in LOGHUB.iterdir() if (p / f"{p.name}_2k.log").is_file())

@@ -20,7 +20,7 @@ from context_window.service import Service
 from context_window.tokens import TokenCounter
 
 SettingsFactory = Callable[..., Settings]
-LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
 if not LOGHUB.is_dir():
     LOGHUB = Path("/work/shared/data/loghub")
 

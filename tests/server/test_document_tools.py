@@ -15,7 +15,7 @@ from context_window.config import load_settings
 from context_window.server.app import build_server
 from context_window.service import Service
 
-DOCS = Path(__file__).parent / "data" / "docs"
+DOCS = Path(__file__).parents[1] / "data" / "docs"
 DOC_TOOLS = {
     "doc_ingest",
     "doc_outline",

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import mcp
 import pytest
-from test_http import http_server
+from helpers import http_server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from test_http import Running, http_server
+from helpers import Running, http_server
 
 from context_window.config import load_settings
 from context_window.server.app import build_server
@@ -27,7 +27,7 @@ from context_window.service import Service
 pytestmark = pytest.mark.inspector
 
 VERSION = os.environ.get("INSPECTOR_VERSION", "2.12.0")
-LOCAL_BIN = Path(__file__).resolve().parent.parent / ".ci/inspector/node_modules/.bin/mcp-inspector"
+LOCAL_BIN = Path(__file__).resolve().parents[2] / ".ci/inspector/node_modules/.bin/mcp-inspector"
 TOKEN = "insp-token-123"
 
 

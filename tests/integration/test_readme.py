@@ -13,7 +13,7 @@ from conftest import client
 from context_window.cli.main import build_parser
 from context_window.config import Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SettingsFactory = Callable[..., Settings]
 
 

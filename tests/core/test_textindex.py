@@ -170,8 +170,8 @@ def test_analyzer_feeds_the_index_like_rank_bm25_token_lists() -> None:
 
 
 REAL_TEXT = [
-    Path(__file__).parent / "data" / "docs" / "build.log",
-    Path(__file__).parents[1] / "README.md",
+    Path(__file__).parents[1] / "data" / "docs" / "build.log",
+    Path(__file__).parents[2] / "README.md",
 ]
 
 

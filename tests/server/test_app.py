@@ -1,0 +1,62 @@
+"""Building the MCP server: the tools each set exposes, and the slimmed schemas they list."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SettingsFactory
+from mcp import Client
+
+from context_window.server.app import build_server, slim_schema
+from context_window.service import Service
+
+
+def test_slim_schema_drops_titles_and_collapses_optional_values() -> None:
+    schema = {
+        "title": "Args",
+        "type": "object",
+        "properties": {
+            "title": {
+                "title": "Title",
+                "anyOf": [{"type": "string"}, {"type": "null"}],
+                "default": None,
+            },
+            "limit": {"title": "Limit", "type": "integer", "default": 10},
+        },
+    }
+    assert slim_schema(schema) == {
+        "type": "object",
+        "properties": {  # a property named "title" stays: only generated titles go
+            "title": {"type": "string"},
+            "limit": {"type": "integer", "default": 10},
+        },
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tools", "prefixes"),
+    [
+        ("all", {"context", "doc"}),
+        ("sessions", {"context"}),
+        ("docs", {"doc", "context"}),
+    ],
+)
+async def test_each_tool_set_lists_its_tools_with_slim_schemas(
+    settings: SettingsFactory, tools: str, prefixes: set[str]
+) -> None:
+    service = Service(settings(tools=tools))
+    try:
+        async with Client(build_server(service)) as c:
+            listed = (await c.list_tools()).tools
+    finally:
+        await service.aclose()
+    names = {t.name for t in listed}
+    assert "context_guide" in names
+    assert {n.split("_")[0] for n in names} == prefixes
+    if tools == "docs":
+        assert names - {"context_guide"} == {n for n in names if n.startswith("doc_")}
+    for tool in listed:
+        wire = json.dumps(tool.input_schema)
+        assert '"title"' not in wire.replace('"title": {', "") and '"null"' not in wire, tool.name
