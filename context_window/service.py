@@ -96,6 +96,7 @@ class Service:
             max_file_bytes=settings.max_file_mb * 1024 * 1024,
             query_limits=limits,
         )
+        self.documents.recover()
         self._calibrated_once = False
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()

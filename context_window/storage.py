@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from context_window.errors import Busy, InvalidInput, StorageError
 
@@ -78,13 +78,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{digits}{secrets.token_hex(5)}"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON via a temp file, fsync and rename, so readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+@contextlib.contextmanager
+def atomic_text(path: Path) -> Iterator[TextIO]:
+    """A text file to write that appears at ``path`` only once complete: a temp file beside
+    it, fsync-ed and renamed when the block ends, removed if the block raises. Readers see
+    the old file or the new one, never half."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=1)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         Path(tmp).replace(path)
@@ -92,6 +94,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON atomically (see ``atomic_text``), creating the directory if need be."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_text(path) as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
 
 
 def replace_dir(work: Path, final: Path, *, locked: bool = False) -> Path | None:

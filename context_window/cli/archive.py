@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,16 +35,14 @@ from context_window.cli.catalog import Catalog, read_journal
 from context_window.documents.build import encode_text, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore, clean_title
-from context_window.documents.tables import chunk_record, decode_chunk
+from context_window.documents.tables import chunk_record
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.localtime import time_or_none
+from context_window.sessions.store import SessionStore
 from context_window.storage import (
+    atomic_text,
     check_id,
     jsonl_line,
-    read_json,
-    replace_dir,
-    work_dir,
-    write_json_atomic,
 )
 from context_window.tokens import TokenCounter
 
@@ -117,45 +112,16 @@ def export_document(catalog: Catalog, doc_id: str, fmt: str, out: TextIO) -> Exp
     """Write a document's meta and its chunks (jsonl) or its original text (md) to ``out``."""
     _check_format(fmt)
     doc = catalog.document(doc_id)
-    directory = catalog.data_dir / "documents" / doc.id
-    meta = read_json(directory / "meta.json")
-    if meta is None:
-        raise StorageError(f"document {doc.id!r} lost its meta.json while being exported")
-    try:
-        data = (directory / "source.txt").read_bytes()
-    except OSError as exc:
-        raise StorageError(f"cannot read document {doc.id!r}: {exc.strerror}") from exc
-    if doc.sha256 and sha256_of(data) != doc.sha256:
-        raise StorageError(
-            f"document {doc.id!r} is damaged: source.txt does not match its sha256; "
-            "run `context-window doctor`"
-        )
+    store = catalog.documents_store
+    meta, data = store.stored(doc)
     text = decode_utf8(data, f"document {doc.id!r}")
     del data
     if fmt == "md":
         out.writelines(document_markdown(meta, text))
-        return Exported("document", doc.id, doc.chunks, 0)
-    out.writelines(document_jsonl(meta, text, _chunk_records(directory, text)))
+    else:
+        chunks = (chunk_record(c) for c in store.stored_chunks(doc, text))
+        out.writelines(document_jsonl(meta, text, chunks))
     return Exported("document", doc.id, doc.chunks, 0)
-
-
-def _chunk_records(directory: Path, text: str) -> Iterator[dict[str, Any]]:
-    """chunks.jsonl record by record, each checked against the source text."""
-    path = directory / "chunks.jsonl"
-    try:
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                chunk = decode_chunk(line)
-                if text[chunk.start : chunk.end] != chunk.text:
-                    raise ValueError(f"line {number} does not match source.txt")
-                yield chunk_record(chunk)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StorageError(
-            f"document {directory.name!r} is damaged (chunks.jsonl: {exc}); "
-            "run `context-window doctor`"
-        ) from exc
 
 
 def write_export(
@@ -165,18 +131,10 @@ def write_export(
     if target is None:
         return produce(stdout)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with atomic_text(target) as f:
+            return produce(f)
     except OSError as exc:
         raise StorageError(f"cannot write {target}: {exc.strerror}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            result = produce(f)
-        Path(tmp).replace(target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    return result
 
 
 def import_file(
@@ -212,9 +170,8 @@ def _import_session(
     archive: SessionArchive, data_dir: Path, new_id: str | None, replace: bool
 ) -> Imported:
     sid = check_id(new_id or str(archive.meta["id"]), "session id")
-    root = data_dir / "sessions"
-    final = root / sid
-    if final.exists() and not replace:
+    store = SessionStore(data_dir, TokenCounter(1.0))  # nothing is counted: bytes are moved
+    if store.exists(sid) and not replace:
         raise InvalidInput(
             f"session {sid!r} already exists in {data_dir}; pass --replace to overwrite it "
             "or --session-id to import it under another id"
@@ -234,44 +191,14 @@ def _import_session(
         raise InvalidInput(
             "a record holds text that is not valid Unicode; nothing imported"
         ) from None
-    try:
-        with work_dir(root, f"import-{sid}") as work:  # its lock marks the import live
-            replaced = _write_session(work, final, payload, meta)
-    except OSError as exc:
-        raise StorageError(f"cannot write session {sid!r} to {root}: {exc.strerror}") from exc
+    replaced = store.install(meta, payload, replace=replace)
     entries = sum(1 for r in archive.records if r.get("kind") == "entry")
     return Imported("session", sid, str(meta["title"]), entries, replaced)
-
-
-def _write_session(work: Path, final: Path, payload: bytes, meta: dict[str, Any]) -> bool:
-    """Build a session directory in ``work`` and move it to ``final``; True if it replaced one."""
-    try:
-        work.mkdir()
-        with (work / "entries.jsonl").open("wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        write_json_atomic(work / "meta.json", meta)
-        return _move_into_place(work, final)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
 
 
 def _number(value: Any, default: float) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else default
-
-
-def _move_into_place(work: Path, final: Path) -> bool:
-    """Rename a complete directory to ``final``, swapping out any earlier one."""
-    try:
-        old = replace_dir(work, final)
-    except OSError as exc:
-        raise StorageError(f"cannot move the import into {final}: {exc}") from exc
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return old is not None
 
 
 def _import_document(

@@ -3,7 +3,7 @@
 What the command line shows people. Nothing here writes: sessions are replayed
 without ``SessionStore.open`` (which mends a missing ``meta.json``), a journal
 is locked only when it exists (locking creates the file), and the document store
-is opened without its start-up sweep of crash leftovers, so ``doctor`` still sees
+is never asked to ``recover`` crash leftovers, so ``doctor`` still sees
 them. A missing data dir is simply empty.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
-from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.errors import InvalidInput, StorageError
 from context_window.models import Entry, Hit, SessionInfo, SessionStats
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import Journal, check_id, is_valid_id, read_json
+from context_window.storage import Journal, check_id, is_valid_id
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
@@ -62,13 +62,6 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, journal.skipped
 
 
-class _Documents(DocumentStore):
-    """The document store without its start-up sweep: reading must not tidy up."""
-
-    def _sweep(self) -> None:
-        return None
-
-
 class Catalog:
     """Sessions and documents of one data dir, for people to read."""
 
@@ -83,7 +76,7 @@ class Catalog:
     def documents_store(self) -> DocumentStore:
         """The document store, opened on first use."""
         if self._documents is None:
-            self._documents = _Documents(self.data_dir, self.counter)
+            self._documents = DocumentStore(self.data_dir, self.counter)  # never recovered
         return self._documents
 
     def session_ids(self) -> list[str]:
@@ -91,19 +84,9 @@ class Catalog:
         return [sid for sid in self._sessions.ids() if is_valid_id(sid)]
 
     def session(self, session_id: str) -> Session:
-        """An existing session, replayed read-only; NotFound pointing at ``sessions``."""
+        """An existing session, replayed read-only (NotFound with a remedy otherwise)."""
         check_id(session_id, "session id")
-        directory = self._sessions.root / session_id
-        if not directory.is_dir():
-            raise NotFound(
-                f"no session {session_id!r} in {self.data_dir}; "
-                "list them with `context-window sessions`"
-            )
-        meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
-        meta["id"] = session_id
-        session = Session(directory, meta, self.counter)
-        session.refresh()
-        return session
+        return self._sessions.read(session_id)
 
     def sessions(self) -> list[SessionRow]:
         """Every session with its counts, most recently updated first."""
@@ -133,14 +116,9 @@ class Catalog:
         return self.documents_store.all()
 
     def document(self, doc_id: str) -> DocInfo:
-        """One document; NotFound pointing at ``docs``."""
+        """One document (NotFound with the known ids and a remedy otherwise)."""
         check_id(doc_id, "document id")
-        try:
-            return self.documents_store.get(doc_id)
-        except NotFound:
-            raise NotFound(
-                f"no document {doc_id!r} in {self.data_dir}; list them with `context-window docs`"
-            ) from None
+        return self.documents_store.get(doc_id)
 
     def search(
         self,

@@ -48,7 +48,14 @@ from context_window.documents.search import (
     smooth,
 )
 from context_window.documents.search import answer as answer_passages
-from context_window.documents.tables import DocInfo, Ingested, Kept, Tables, Window
+from context_window.documents.tables import (
+    DocInfo,
+    Ingested,
+    Kept,
+    Tables,
+    Window,
+    decode_chunk,
+)
 from context_window.errors import (
     INGEST_FIRST,
     LIST_DOCUMENTS,
@@ -135,15 +142,21 @@ class DocumentStore:
         self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
         self._analyzer = Analyzer(query_limits)
-        self._sweep()
 
-    def _sweep(self) -> None:
-        """Remove hidden work directories left by a crash long ago."""
+    def recover(self) -> list[str]:
+        """Put back every document whose replace a crash interrupted, and remove the work
+        directories of ingests no living process holds; returns the restored ids.
+
+        An explicit step at start-up (``Service`` takes it), never a side effect of
+        opening the store: the CLI's read-only commands only report such leftovers.
+        """
         if not self.root.is_dir():
-            return
-        for doc_id in recover_replaced(self.root):  # a replace killed between its renames
+            return []
+        restored = recover_replaced(self.root)  # a replace killed between its renames
+        for doc_id in restored:
             log.warning("restored document %r: a replace of it was interrupted", doc_id)
         sweep_work(self.root)
+        return restored
 
     def _meta(self, doc_id: str) -> dict[str, Any] | None:
         meta = read_json(self.root / doc_id / "meta.json")
@@ -230,6 +243,42 @@ class DocumentStore:
                 ) from exc
             self._tables[doc.id] = (doc.created_at, tables)
             return tables
+
+    def stored(self, doc: DocInfo) -> tuple[dict[str, Any], bytes]:
+        """The document's meta.json as stored and its source bytes, checked against the
+        sha256 (StorageError if they no longer match: the document is damaged)."""
+        folder = self.root / doc.id
+        meta = read_json(folder / "meta.json")
+        if meta is None:
+            raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)
+        try:
+            data = (folder / "source.txt").read_bytes()
+        except OSError as exc:
+            raise StorageError(f"cannot read document {doc.id!r}: {exc.strerror}") from exc
+        if doc.sha256 and sha256_of(data) != doc.sha256:
+            raise StorageError(
+                f"document {doc.id!r} is damaged: source.txt does not match its sha256",
+                remedy=REINGEST,
+            )
+        return meta, data
+
+    def stored_chunks(self, doc: DocInfo, text: str) -> Iterator[Chunk]:
+        """The document's chunks as stored, one by one, each checked against ``text`` (its
+        source); StorageError once one does not match."""
+        path = self.root / doc.id / "chunks.jsonl"
+        try:
+            with path.open("rb") as f:
+                for number, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    chunk = decode_chunk(line)
+                    if text[chunk.start : chunk.end] != chunk.text:
+                        raise ValueError(f"line {number} does not match source.txt")
+                    yield chunk
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StorageError(
+                f"document {doc.id!r} is damaged (chunks.jsonl: {exc})", remedy=REINGEST
+            ) from exc
 
     def _reindex(self, doc: DocInfo) -> None:
         """Rebuild a document written by an older release from its stored source.

@@ -9,9 +9,11 @@ reports the repair in the session's status.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.localtime import time_or_none
@@ -22,8 +24,10 @@ from context_window.storage import (
     new_id,
     read_json,
     recover_replaced,
+    replace_dir,
     storage_error,
     sweep_work,
+    work_dir,
     write_json_atomic,
 )
 from context_window.textindex import QueryLimits
@@ -132,6 +136,55 @@ class SessionStore:
                 f"no session {session_id!r} (known sessions: {listed})", remedy=OPEN_SESSION
             )
         return self.open(session_id)[0]
+
+    def exists(self, session_id: str) -> bool:
+        """Whether a session directory ``session_id`` is on disk."""
+        return (self.root / check_id(session_id, "session_id")).is_dir()
+
+    def read(self, session_id: str) -> Session:
+        """A session replayed for reading only: nothing is written, not even a missing
+        meta.json (which ``open`` would rebuild), and it is not kept open. NotFound (with
+        the known ids) if there is no such session."""
+        check_id(session_id, "session_id")
+        directory = self.root / session_id
+        if not directory.is_dir():
+            raise NotFound(f"no session {session_id!r} in {self.root.parent}", remedy=OPEN_SESSION)
+        meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
+        meta["id"] = session_id
+        session = Session(directory, meta, self.counter, self.clock, self.limits)
+        session.refresh()
+        return session
+
+    def install(self, meta: dict[str, Any], journal: bytes, *, replace: bool) -> bool:
+        """Write a whole session (``meta`` and its journal bytes, as an import brings them)
+        beside the others, then move it into place in one rename; True if it replaced one.
+
+        A crash leaves either the old session or the new one (see ``recover``); the work
+        directory's lock marks the write as live meanwhile.
+        """
+        sid = check_id(str(meta["id"]), "session id")
+        final = self.root / sid
+        if final.exists() and not replace:
+            raise InvalidInput(f"session {sid!r} already exists")
+        try:
+            with work_dir(self.root, f"import-{sid}") as work:
+                try:
+                    work.mkdir()
+                    with (work / "entries.jsonl").open("wb") as f:
+                        f.write(journal)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    write_json_atomic(work / "meta.json", meta)
+                    old = replace_dir(work, final)
+                except BaseException:
+                    shutil.rmtree(work, ignore_errors=True)
+                    raise
+        except OSError as exc:
+            raise storage_error(exc, f"cannot write session {sid!r}") from exc
+        self._open.pop(sid, None)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return old is not None
 
     def list(self) -> list[SessionInfo]:
         """Every session, most recently updated first."""

@@ -17,6 +17,7 @@ from context_window.cli.main import main
 from context_window.config import Settings
 from context_window.models import Entry
 from context_window.service import Service
+from context_window.sessions import store as session_store
 from context_window.tokens import TokenCounter
 
 SettingsFactory = Callable[..., Settings]
@@ -299,9 +300,9 @@ def test_a_failed_session_import_leaves_no_directory(
     def crash(*_args: Any, **_kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("context_window.cli.archive.write_json_atomic", crash)
+    monkeypatch.setattr(session_store, "write_json_atomic", crash)
     assert main(["--data-dir", str(fresh.data_dir), "import", str(out)]) == 1
-    assert "No space left on device" in capsys.readouterr().err
+    assert "no space left on the device" in capsys.readouterr().err
     assert list((fresh.data_dir / "sessions").iterdir()) == []
 
 
