@@ -68,6 +68,7 @@ class Catalog:
     def __init__(self, data_dir: Path, counter: TokenCounter) -> None:
         self.data_dir = data_dir
         self.unreadable: dict[str, str] = {}  # session id -> why it was skipped
+        self.damaged: dict[str, str] = {}  # document id -> why a search skipped it
         self.counter = counter
         self._sessions = SessionStore(data_dir, counter)
         self._documents: DocumentStore | None = None
@@ -157,5 +158,22 @@ class Catalog:
             self.document(doc_id)  # the error for an unknown id names `context-window docs`
             chunks = self.documents_store.search(query, doc_id, limit)
         elif session_id is None and self.documents():
-            chunks = self.documents_store.search(query, None, limit)
+            chunks = self._search_documents(query, limit)
         return Found(tuple(entries[:limit]), tuple(chunks))
+
+    def _search_documents(self, query: str, limit: int) -> list[Hit]:
+        """The best chunks of every document; one that cannot be searched (a damaged index)
+        is skipped and noted in ``damaged``, so it never hides the others."""
+        store = self.documents_store
+        try:
+            return store.search(query, None, limit)
+        except StorageError:
+            pass
+        hits: list[Hit] = []
+        for doc in store.all():
+            try:
+                hits += store.search(query, doc.id, limit)
+            except StorageError as exc:
+                self.damaged[doc.id] = str(exc)
+        hits.sort(key=lambda h: (-h.score, h.doc_id, h.chunk.index))
+        return hits[:limit]

@@ -71,11 +71,15 @@ def _sessions(settings: Settings, ns: argparse.Namespace) -> int:
 
 
 def _note_unreadable(catalog: Catalog) -> None:
-    """One stderr line per session a listing or search had to skip."""
+    """One stderr line per session or document a listing or search had to skip."""
     for sid, why in sorted(catalog.unreadable.items()):
         sys.stderr.write(
             f"context-window: skipped session {sid!r}, unreadable: {why} "
             "(see context-window doctor)\n"
+        )
+    for did, why in sorted(catalog.damaged.items()):
+        sys.stderr.write(
+            f"context-window: skipped document {did!r}: {why} (see context-window doctor)\n"
         )
 
 

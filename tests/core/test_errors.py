@@ -85,18 +85,25 @@ def test_the_model_is_told_which_tool_and_a_person_which_command(
     tool_text = anyio.run(call)
     assert fact in tool_text and tool_text.endswith("; doc_ingest it again or doc_forget it")
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "context_window", "search", "alpha", "--data-dir", str(s.data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 1 and fact in proc.stderr
-    assert proc.stderr.rstrip().endswith(
-        "; ingest it again from your MCP client, or forget it there"
-    )
-    assert not any(tool in proc.stderr for tool in TOOLS)
+    def search(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "context_window", "search", "alpha", *args]
+        return subprocess.run(
+            [*cmd, "--data-dir", str(s.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    named = search("--doc", "d1")
+    assert named.returncode == 1 and fact in named.stderr
+    advice = "; ingest it again from your MCP client, or forget it there"
+    assert named.stderr.rstrip().endswith(advice)
+    assert not any(tool in named.stderr for tool in TOOLS)
+    # Searching everything serves around the damaged document, and says so.
+    everything = search()
+    assert everything.returncode == 0, everything.stderr
+    assert "skipped document 'd1'" in everything.stderr and fact in everything.stderr
 
 
 def test_a_remedy_fills_in_its_facts() -> None:
