@@ -13,6 +13,7 @@ so beside a live server it never mistakes a line being written for a torn one.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class Report:
     documents: int = 0
     chunks: int = 0
     problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts worth knowing, not problems
 
     @property
     def ok(self) -> bool:
@@ -72,7 +74,7 @@ class Report:
 
     def render(self) -> str:
         """One line per problem, then a summary line."""
-        lines = [f"problem: {p}" for p in self.problems]
+        lines = [f"note: {n}" for n in self.notes] + [f"problem: {p}" for p in self.problems]
         verdict = "OK" if self.ok else f"{len(self.problems)} problem(s) found"
         lines.append(
             f"{verdict} in {self.data_dir}: {self.sessions} sessions ({self.entries} entries), "
@@ -84,9 +86,20 @@ class Report:
 def audit(data_dir: Path) -> Report:
     """Audit ``data_dir`` read-only and return what was found."""
     report = Report(data_dir)
-    if not data_dir.is_dir():
-        report.add(str(data_dir), "data dir does not exist or is not a directory")
+    if not data_dir.exists():  # a fresh install: nothing to audit yet
+        report.notes.append(
+            f"the data dir {data_dir} does not exist yet; the server creates it on its first "
+            "start (--data-dir or CTX_DATA_DIR chooses another)"
+        )
         return report
+    if not data_dir.is_dir():
+        report.add(str(data_dir), "the data dir is not a directory")
+        return report
+    if not os.access(data_dir, os.W_OK | os.X_OK):  # a read-only mount may be meant
+        report.notes.append(
+            f"the data dir {data_dir} is not writable: reads work, every write will fail "
+            "(--data-dir or CTX_DATA_DIR chooses another)"
+        )
     _audit_calibration(report, data_dir / "calibration.json")
     _leftover_temps(report, data_dir)
     sessions = data_dir / "sessions"
