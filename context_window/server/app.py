@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult, Tool
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
@@ -69,7 +70,14 @@ class SlimServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
-        """Run a tool; an argument that fails validation is named with the rule it broke."""
+        """Run a tool; an argument that fails validation is named with the rule it broke.
+
+        An unknown tool is a protocol error (JSON-RPC -32602, invalid params) naming the
+        tools there are, not a tool result: the call never reached a tool.
+        """
+        if self._tool_input_schema(name) is None:
+            known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
+            raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

@@ -7,6 +7,8 @@ import json
 import pytest
 from conftest import SettingsFactory
 from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 from context_window.server.app import build_server, slim_schema
 from context_window.service import Service
@@ -60,3 +62,19 @@ async def test_each_tool_set_lists_its_tools_with_slim_schemas(
     for tool in listed:
         wire = json.dumps(tool.input_schema)
         assert '"title"' not in wire.replace('"title": {', "") and '"null"' not in wire, tool.name
+
+
+@pytest.mark.anyio
+async def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(
+    settings: SettingsFactory,
+) -> None:
+    service = Service(settings(tools="sessions"))
+    try:
+        async with Client(build_server(service)) as c:
+            with pytest.raises(MCPError) as err:
+                await c.call_tool("doc_search", {"query": "x"})  # not in this tool set
+    finally:
+        await service.aclose()
+    assert err.value.code == INVALID_PARAMS
+    assert "unknown tool 'doc_search'" in err.value.message
+    assert "context_recall" in err.value.message and "doc_" not in err.value.message.split(":")[-1]

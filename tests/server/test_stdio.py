@@ -12,7 +12,8 @@ from typing import IO, Any
 
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.types import TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, TextContent
 
 
 def server_args(data_dir: Path) -> list[str]:
@@ -40,6 +41,12 @@ async def test_client_over_stdio_subprocess(tmp_path: Path) -> None:
         assert isinstance(block, TextContent) and "use SQLite for cache" in block.text
         missing = await c.call_tool("context_status", {"session_id": "ghost"})
         assert missing.is_error
+        # An unknown tool is a protocol error (-32602), not a tool result.
+        with pytest.raises(MCPError) as unknown:
+            await c.call_tool("context_forget_everything", {})
+        assert unknown.value.code == INVALID_PARAMS
+        assert "unknown tool 'context_forget_everything'" in unknown.value.message
+        assert "context_recall" in unknown.value.message
     journal = data / "sessions" / "stdio" / "entries.jsonl"
     assert (
         json.loads(journal.read_text().splitlines()[0])["text"] == "Decided: use SQLite for cache"
