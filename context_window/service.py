@@ -100,6 +100,8 @@ class Service:
         self._calibrated_once = False
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._busy = 0  # calls of ``run`` at work now
+        self._idle = threading.Condition(self._locks_guard)
 
     async def calibrate(self, force: bool = False) -> str:
         """Measure the loaded model's tokens per character (never raises)."""
@@ -146,12 +148,22 @@ class Service:
                     f"{key} is busy with another call (over {WAIT_SECONDS:g} s); "
                     "try again in a moment"
                 )
+            with self._locks_guard:
+                self._busy += 1
             try:
                 return work()
             finally:
                 lock.release()
+                with self._locks_guard:
+                    self._busy -= 1
+                    self._idle.notify_all()
 
         return await anyio.to_thread.run_sync(call)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no call of ``run`` is at work (True), or ``timeout`` seconds pass."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
     async def compact(
         self,

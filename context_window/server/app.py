@@ -9,7 +9,11 @@ validated against the full signature.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +33,8 @@ from context_window.server.session_tools import register_session_tools
 from context_window.server.stdio import serve_stdio
 from context_window.service import Service
 from context_window.tokens import estimate
+
+log = logging.getLogger("context_window")
 
 SESSIONS_HOW = (
     "Sessions: context_open, then context_append notes/decisions, context_recall what you "
@@ -122,9 +128,41 @@ def serve(settings: Settings) -> None:
     if settings.transport == "http":
         from context_window.server.http import serve_http
 
-        serve_http(app, service)
+        serve_http(app, service)  # uvicorn stops on SIGTERM and SIGINT itself
     else:
+        stop_on_signals(service)
         app.run("stdio")
+
+
+STOP_SECONDS = 1.5  # how long a stop waits for calls at work to finish
+
+
+def stop_on_signals(service: Service) -> None:
+    """On SIGTERM or SIGINT, let the calls at work finish (up to ``STOP_SECONDS``), then
+    exit 0 at once.
+
+    A stdio server waits in a thread reading stdin, which no signal interrupts, and as
+    PID 1 of a container it has no default action for SIGTERM at all: without this,
+    ``docker stop`` waits its full timeout and Ctrl-C waits for the next line. Every
+    write is one whole line under a lock, and the kernel drops the locks with the
+    process, so exiting between calls loses nothing.
+    """
+
+    def stop(signum: int, _frame: object) -> None:
+        def drain() -> None:
+            finished = service.wait_idle(STOP_SECONDS)
+            log.info(
+                "stopping on %s%s",
+                signal.Signals(signum).name,
+                "" if finished else " (a call was still at work)",
+            )
+            logging.shutdown()
+            os._exit(0)
+
+        threading.Thread(target=drain, name="stop", daemon=True).start()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
 
 
 async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
