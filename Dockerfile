@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # context-window: MCP server giving small local models an external context buffer.
 #
 #   docker build -t context-window .
@@ -9,22 +8,27 @@
 #       context-window --http --host 0.0.0.0
 #
 # See examples/docker.md for ingest roots, Linux host.docker.internal and more.
+#
+# Plain Dockerfile syntax only (no "# syntax=" frontend, no RUN --mount), so the classic
+# builder, BuildKit without a registry, and podman all build it; once the base image is
+# local, the only network it needs is the package index.
 
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY context_window ./context_window
-# Wheels for the package and every dependency; the runtime stage installs only these.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The package and every dependency in a venv; the runtime stage copies only the venv.
+RUN python -m venv /opt/context-window \
+    && /opt/context-window/bin/pip install --no-cache-dir --disable-pip-version-check .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CTX_DATA_DIR=/data \
-    CTX_LLM_BASE_URL=http://host.docker.internal:1234/v1
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index /wheels/*.whl
+    CTX_LLM_BASE_URL=http://host.docker.internal:1234/v1 \
+    PATH=/opt/context-window/bin:$PATH
+COPY --from=build /opt/context-window /opt/context-window
 # A fixed numeric non-root user, so runAsNonRoot checks can verify it; /data is
 # created owned by it, and a new named volume copies that ownership.
 RUN groupadd --system --gid 10001 ctx \

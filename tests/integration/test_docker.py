@@ -42,7 +42,7 @@ def image_env() -> dict[str, str]:
     for op, args in instructions():
         if op == "ENV":
             for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', args):
-                env[key] = value.strip('"')
+                env[key] = os.path.expandvars(value.strip('"'))  # as the builder expands $PATH
     return env
 
 
@@ -65,6 +65,22 @@ def test_key_lines() -> None:
     assert env["CTX_LLM_BASE_URL"] == "http://host.docker.internal:1234/v1"
     assert "CTX_TRANSPORT" not in env  # stdio unless --http is given
     assert final[0][1].startswith("python:3.11-slim")
+
+
+def test_plain_syntax_every_builder_reads() -> None:
+    """No "# syntax=" frontend (BuildKit fetches it from a registry) and no BuildKit-only
+    flags, so the classic builder, offline BuildKit and podman all build the image."""
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert not re.search(r"(?im)^#\s*syntax\s*=", text)
+    for op, args in instructions(stage="all"):
+        if op == "RUN":
+            assert not args.startswith("--"), args  # --mount, --network, --security
+        if op == "COPY":
+            assert all(
+                flag.startswith(("--from=", "--chown="))
+                for flag in args.split()[:-2]
+                if flag.startswith("--")
+            ), args
 
 
 def test_runs_as_non_root() -> None:
