@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from context_window.config import Settings
+from context_window.errors import ConfigError
 
 if TYPE_CHECKING:
     from context_window.cli.catalog import Catalog
@@ -50,9 +51,16 @@ def _json(obj: Any) -> None:
 
 
 def _catalog(settings: Settings) -> Catalog:
+    """The data dir to read; a ConfigError if it does not exist (a mistyped --data-dir
+    must not read as "no sessions")."""
     from context_window.cli.catalog import Catalog
     from context_window.tokens import TokenCounter
 
+    if not settings.data_dir.is_dir():
+        raise ConfigError(
+            f"the data dir {settings.data_dir} does not exist: check --data-dir or "
+            "CTX_DATA_DIR (a server creates it on its first start)"
+        )
     return Catalog(settings.data_dir, TokenCounter(settings.token_ratio))
 
 
@@ -105,8 +113,14 @@ def _show(settings: Settings, ns: argparse.Namespace) -> int:
 def _docs(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli import views
 
-    docs = _catalog(settings).documents()
+    catalog = _catalog(settings)
+    docs = catalog.documents()
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
+    for doc_id in catalog.documents_store.unreadable():
+        sys.stderr.write(
+            f"context-window: skipped document {doc_id!r}: its meta.json is missing or "
+            "damaged (see context-window doctor)\n"
+        )
     return 0
 
 

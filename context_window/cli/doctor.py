@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from context_window.cli.views import plural
 from context_window.documents.tables import INDEX_ARRAYS
 from context_window.errors import StorageError
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
@@ -75,10 +76,11 @@ class Report:
     def render(self) -> str:
         """One line per problem, then a summary line."""
         lines = [f"note: {n}" for n in self.notes] + [f"problem: {p}" for p in self.problems]
-        verdict = "OK" if self.ok else f"{len(self.problems)} problem(s) found"
+        verdict = "OK" if self.ok else f"{plural(len(self.problems), 'problem')} found"
         lines.append(
-            f"{verdict} in {self.data_dir}: {self.sessions} sessions ({self.entries} entries), "
-            f"{self.documents} documents ({self.chunks} chunks)"
+            f"{verdict} in {self.data_dir}: {plural(self.sessions, 'session')} "
+            f"({plural(self.entries, 'entry')}), {plural(self.documents, 'document')} "
+            f"({plural(self.chunks, 'chunk')})"
         )
         return "\n".join(lines)
 

@@ -126,11 +126,19 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     for e in entries:
         lines += ["", *_head_lines(_entry_head(e))]
         if e.replaces:
-            lines.append(f"{INDENT}(summary of {len(e.replaces)} entries)")
+            lines.append(f"{INDENT}(summary of {plural(len(e.replaces), 'entry')})")
         lines += _wrapped(e.text)
     if not entries:
         lines += ["", "no entries"]
     return "\n".join(lines)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``, ``1 entry``, ``3 entries``."""
+    if n == 1:
+        return f"1 {noun}"
+    many = noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+    return f"{n:,} {many}"
 
 
 def documents_view(docs: list[DocInfo]) -> str:
@@ -140,7 +148,8 @@ def documents_view(docs: list[DocInfo]) -> str:
     out: list[str] = []
     for d in docs:
         out.append(
-            f"{d.id}  {d.chunks:,} chunks  {d.tokens:,} tokens  {d.chars:,} chars  "
+            f"{d.id}  {plural(d.chunks, 'chunk')}  {plural(d.tokens, 'token')}  "
+            f"{plural(d.chars, 'char')}  "
             f"ingested {when(d.created_at)}"
         )
         out.append(INDENT + _fit(d.title, WIDTH - len(INDENT)))
@@ -243,11 +252,11 @@ def purge_view(session_id: str, done: Purged, dry_run: bool) -> str:
     """What a purge erased (or would erase), and what it could not."""
     verb = "would erase" if dry_run else "erased"
     lines = [
-        f"{session_id}: {verb} {len(done.entries)} deleted or expired entries and "
-        f"{done.patches} patch record(s); {done.kept} record(s) kept"
+        f"{session_id}: {verb} {plural(len(done.entries), 'deleted or expired entry')} "
+        f"and {plural(done.patches, 'patch record')}; {plural(done.kept, 'record')} kept"
     ]
     if done.unreadable:
-        lines.append(f"{verb} {done.unreadable} unreadable line(s) too")
+        lines.append(f"{verb} {plural(done.unreadable, 'unreadable line')} too")
     for eid, summary in done.folded:
         lines.append(
             f"note: {eid} was folded into summary {summary}, whose text may still "

@@ -181,6 +181,16 @@ class DocumentStore:
                 docs.append(DocInfo.from_meta(meta))
         return sorted(docs, key=lambda d: (-d.created_at, d.id))
 
+    def unreadable(self) -> list[str]:
+        """Ids of document directories ``all`` leaves out: no readable meta.json."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if not p.name.startswith(".") and p.is_dir() and self._meta(p.name) is None
+        )
+
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""
         check_id(doc_id, "doc_id")

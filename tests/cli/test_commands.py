@@ -95,7 +95,7 @@ def test_docs_lists_every_document(
     assert cli(s, "docs") == 0
     out = capsys.readouterr().out
     assert "spec  " in out and "Storage spec" in out and "source: inline text" in out
-    assert "flags  " in out and " chunks  " in out and " tokens  " in out
+    assert "flags  " in out and " 1 chunk  " in out and " tokens  " in out
     assert all(len(line) <= 80 for line in out.splitlines())
     assert cli(s, "docs", "--json") == 0
     docs = {d["id"]: d for d in json.loads(capsys.readouterr().out)}
@@ -199,10 +199,34 @@ def test_reading_never_creates_the_data_dir(
 
 
 def test_empty_data_dir_views(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = str(tmp_path / "absent")
-    assert main(["sessions", "--data-dir", data]) == 0
-    assert main(["docs", "--data-dir", data]) == 0
+    data = tmp_path / "empty"
+    data.mkdir()
+    assert main(["sessions", "--data-dir", str(data)]) == 0
+    assert main(["docs", "--data-dir", str(data)]) == 0
     assert capsys.readouterr().out == "no sessions\nno documents\n"
+
+
+@pytest.mark.parametrize("command", ["sessions", "docs", "search x", "show s", "export session s"])
+def test_a_mistyped_data_dir_is_named_not_read_as_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    typo = tmp_path / "dta"
+    assert main([*command.split(), "--data-dir", str(typo)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"the data dir {typo} does not exist: check --data-dir" in captured.err
+    assert not typo.exists()
+
+
+def test_docs_names_a_document_it_skips(
+    filled: tuple[Settings, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, _ = filled
+    (s.data_dir / "documents" / "flags" / "meta.json").write_text("{not json")
+    assert cli(s, "docs") == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("spec  1 chunk  ") and "flags" not in captured.out
+    assert "skipped document 'flags': its meta.json is missing or damaged" in captured.err
 
 
 def test_flags_before_or_after_the_command(tmp_path: Path) -> None:

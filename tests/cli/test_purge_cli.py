@@ -47,7 +47,7 @@ def test_purge_erases_and_a_dry_run_changes_nothing(
 
     assert main(["purge", "s", "--data-dir", str(data)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("s: erased 2 deleted or expired entries and 1 patch record(s)")
+    assert out.startswith("s: erased 2 deleted or expired entries and 1 patch record;")
     raw = log.read_bytes()
     assert b"hunter2" not in raw and b"4711" not in raw
     assert doomed.id.encode() not in raw and old.id.encode() not in raw
@@ -61,9 +61,13 @@ def test_purge_erases_and_a_dry_run_changes_nothing(
 def test_purge_errors_are_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
     done = purge(data, "nosuch")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "does not exist" in done.stderr
+    assert not data.exists()  # a purge never creates the data dir
+    data.mkdir()
+    done = purge(data, "nosuch")
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "no session 'nosuch'" in done.stderr and "context-window sessions" in done.stderr
-    assert not data.exists()  # an unknown session never creates the data dir
     done = purge(data, "../x")
     assert done.returncode == 1 and "invalid session id" in done.stderr
 

@@ -181,7 +181,7 @@ def test_each_damage_exits_1_and_is_named(data_dir: Path, name: str) -> None:
     problems = [ln for ln in text.splitlines() if ln.startswith("problem: ")]
     assert len(problems) == 1, text
     assert expected in problems[0], text
-    assert text.splitlines()[-1].startswith("1 problem(s) found in ")
+    assert text.splitlines()[-1].startswith("1 problem found in ")
 
 
 def test_doctor_counts_what_the_server_skips(data_dir: Path) -> None:
@@ -215,7 +215,7 @@ def test_cli_doctor_subprocess(data_dir: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert "torn last line" in done.stdout
-    assert done.stdout.splitlines()[-2].startswith("1 problem(s) found")
+    assert done.stdout.splitlines()[-2].startswith("1 problem found")
     assert done.stdout.splitlines()[-1].startswith("tool schemas (tools/list): ~")
 
 
