@@ -40,13 +40,11 @@ MIN_GOLD_CHARS = 40
 
 def _server(data_dir: Path, roots: tuple[Path, ...] = ()) -> tuple[Any, Any]:
     """A Service and its MCP server on ``data_dir`` (defaults, LLM off), whatever the layout."""
+    # 0.1.0 has a module context_window.server; now it is a package re-exporting it.
     from context_window.config import load_settings
+    from context_window.server import build_server
     from context_window.service import Service
 
-    try:
-        from context_window.server.app import build_server
-    except ImportError:  # pragma: no cover - older or newer layouts
-        from context_window.server.app import build_server  # type: ignore[no-redef]
     flags: dict[str, Any] = {"data_dir": data_dir, "llm_enabled": False}
     if roots:
         flags["ingest_roots"] = list(roots)
