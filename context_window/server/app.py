@@ -174,8 +174,8 @@ async def tool_set_costs(settings: Settings) -> dict[str, dict[str, int]]:
     """Per ``--tools`` set, each tool's estimated tokens, from servers built to measure.
 
     The servers are built on an empty temporary data dir with the LLM off, so
-    measuring never touches the user's data (a store sweeps its dir when opened)
-    and never opens a network client.
+    measuring never touches the user's data (a Service recovers crash leftovers as it
+    starts) and never opens a network client.
     """
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
