@@ -206,6 +206,33 @@ def _import(settings: Settings, ns: argparse.Namespace) -> int:
     return 0
 
 
+def _ingest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", type=Path, help="the text file to ingest")
+    p.add_argument("--doc-id", metavar="ID", help="create or replace this id (default: new)")
+    p.add_argument("--title", metavar="TITLE", help="the document's title (default: its name)")
+
+
+def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
+    """Ingest a file a person names: its own folder is the ingest root for this call."""
+    from context_window.cli.views import plural
+    from context_window.service import Service
+
+    path = ns.file.expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"{ns.file} is not a file")
+    service = Service(settings.with_changes(ingest_roots=(path.parent,), llm_enabled=False))
+    done = service.documents.ingest(file_path=str(path), title=ns.title, doc_id=ns.doc_id)
+    doc = done.doc
+    verb = "replaced" if done.replaced else ("kept" if done.reused else "ingested")
+    _out(
+        f"{verb} {doc.id}: {doc.title} ({plural(doc.chunks, 'chunk')}, "
+        f"{plural(doc.tokens, 'token')}, {done.seconds:.2f} s)"
+    )
+    if done.duplicate_of:
+        _out(f"note: document {done.duplicate_of} holds the same text")
+    return 0
+
+
 def _purge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION", help="the session id")
     p.add_argument(
@@ -231,6 +258,13 @@ DATA_COMMANDS: tuple[Command, ...] = (
         "export", "export a session or document as JSONL or Markdown", _export, _export_arguments
     ),
     Command("import", "import a file written by export", _import, _import_arguments),
+    Command(
+        "ingest",
+        "ingest a text file as a document (as doc_ingest does)",
+        _ingest,
+        _ingest_arguments,
+        creates_data_dir=True,
+    ),
     Command(
         "purge",
         "erase a session's deleted and expired entries from its log",

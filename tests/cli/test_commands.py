@@ -280,3 +280,23 @@ def test_round_trip_in_real_processes_without_mcp(
     )
     assert done.returncode == 0 and ids["note5"] in done.stdout
     assert done.stderr == "False"  # the human commands never import the MCP SDK
+
+
+def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    log = tmp_path / "notes" / "deploy.log"
+    log.parent.mkdir()
+    log.write_text("step 1 ok\nstep 2 failed: disk quota exceeded on /srv/cache\n")
+    assert main(["ingest", str(log), "--doc-id", "deploy", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out.startswith("ingested deploy: deploy.log (1 chunk, ")
+    assert main(["search", "quota", "--data-dir", str(data)]) == 0
+    assert "disk quota exceeded" in capsys.readouterr().out
+    log.write_text("step 1 ok\nstep 2 ok\n")
+    assert main(["ingest", str(log), "--doc-id", "deploy", "--title", "Deploy",
+                 "--data-dir", str(data)]) == 0  # fmt: skip
+    assert capsys.readouterr().out.startswith("replaced deploy: Deploy (1 chunk, ")
+    assert main(["docs", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("deploy  1 chunk  ") and "source: /" in out and "Deploy" in out
+    assert main(["ingest", str(tmp_path / "missing.log"), "--data-dir", str(data)]) == 2
+    assert "missing.log is not a file" in capsys.readouterr().err
