@@ -15,7 +15,7 @@
 
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY context_window ./context_window
 # The package and every dependency in a venv; the runtime stage copies only the venv.
 RUN python -m venv /opt/context-window \

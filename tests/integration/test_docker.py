@@ -100,12 +100,20 @@ def test_entrypoint_is_the_console_script() -> None:
     assert not [a for op, a in instructions() if op == "CMD"]  # stdio by default
 
 
+def test_the_license_file_the_metadata_names_exists() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    for name in project["license-files"]:
+        assert (ROOT / name).is_file()
+        assert (ROOT / name).read_text().startswith("MIT License")
+
+
 def test_dockerignore_keeps_the_build_context_small() -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in lines  # ignore everything, then allow what the build copies
     copies = [a.split()[:-1] for op, a in instructions("all") if op == "COPY"]
     sources = {src for args in copies if not args[0].startswith("--") for src in args}
-    assert sources == {"pyproject.toml", "README.md", "context_window"}
+    assert sources == {"pyproject.toml", "README.md", "LICENSE", "context_window"}
     for src in sources:
         assert f"!{src}" in lines or f"!{src}/" in lines
 
