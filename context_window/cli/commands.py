@@ -214,8 +214,8 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
 
 def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     """Ingest a file a person names: its own folder is the ingest root for this call."""
-    from context_window.cli.views import plural
     from context_window.service import Service
+    from context_window.wording import plural
 
     path = ns.file.expanduser().resolve()
     if not path.is_file():

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from context_window.cli.views import plural
 from context_window.documents.tables import INDEX_ARRAYS
 from context_window.errors import StorageError
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
@@ -34,6 +33,7 @@ from context_window.storage import (
     replaced_name,
     work_is_live,
 )
+from context_window.wording import plural
 
 
 @dataclass(frozen=True)

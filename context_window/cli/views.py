@@ -16,6 +16,7 @@ from context_window.documents.tables import DocInfo
 from context_window.localtime import local_time
 from context_window.models import Entry, Purged
 from context_window.sessions.session import Session
+from context_window.wording import plural
 
 WIDTH = 80
 INDENT = "    "
@@ -131,14 +132,6 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     if not entries:
         lines += ["", "no entries"]
     return "\n".join(lines)
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 chunk``, ``2 chunks``, ``1 entry``, ``3 entries``."""
-    if n == 1:
-        return f"1 {noun}"
-    many = noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
-    return f"{n:,} {many}"
 
 
 def documents_view(docs: list[DocInfo]) -> str:

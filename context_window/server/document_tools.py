@@ -23,7 +23,6 @@ from context_window.server.views import (
     doc_data,
     hit_data,
     kept_data,
-    plural,
     render_doc_line,
     render_hit,
     render_ingest,
@@ -35,6 +34,7 @@ from context_window.server.views import (
     window_reserve,
 )
 from context_window.service import DOCUMENTS, Service
+from context_window.wording import plural
 
 P = ParamSpec("P")
 OUTLINE_SUMMARIES = 20  # chunks summarized per doc_outline call unless max_chunks says otherwise

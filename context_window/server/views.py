@@ -13,6 +13,7 @@ from context_window.documents.tables import DocInfo, Ingested, Kept, Window
 from context_window.localtime import local_time
 from context_window.models import Chunk
 from context_window.packing import header_reserve
+from context_window.wording import plural
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
@@ -113,11 +114,6 @@ def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, i
 
 
 SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 chunk``, ``2 chunks``."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
