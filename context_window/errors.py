@@ -64,7 +64,7 @@ class ContextWindowError(Exception):
 def advised(exc: ContextWindowError, advice: dict[str, str]) -> str:
     """The error's message followed by the edge's wording of its remedy (if any).
 
-    Each wording starts with its own separator ("; " or ". ") and may name ``facts``
+    Each wording starts with its own separator ("; ", ". " or ": ") and may name ``facts``
     as ``{name}``.
     """
     wording = advice.get(exc.remedy or "", "")

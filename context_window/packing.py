@@ -3,7 +3,7 @@
 ``pack``: items in rank order, skipping what does not fit. ``leading``: the longest run
 of items from the start. ``fit_lines``: a header and as many lines as fit, with a note
 on the rest. ``header_reserve`` and ``settle``: room for an answer's own header.
-(The longest prefix of one text within a budget is ``tokens.truncate``.)
+(The longest prefix of one text within a budget is ``tokens.longest_prefix``.)
 """
 
 from __future__ import annotations

@@ -258,7 +258,7 @@ class DocumentStore:
         """The document's meta.json as stored and its source bytes, checked against the
         sha256 (StorageError if they no longer match: the document is damaged)."""
         folder = self.root / doc.id
-        meta = read_json(folder / "meta.json")
+        meta = self._meta(doc.id)
         if meta is None:
             raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)
         try:

@@ -143,8 +143,8 @@ class SessionStore:
 
     def read(self, session_id: str) -> Session:
         """A session replayed for reading only: nothing is written, not even a missing
-        meta.json (which ``open`` would rebuild), and it is not kept open. NotFound (with
-        the known ids) if there is no such session."""
+        meta.json (which ``open`` would rebuild), and it is not kept open. NotFound (naming
+        the data dir) if there is no such session."""
         check_id(session_id, "session_id")
         directory = self.root / session_id
         if not directory.is_dir():
