@@ -64,6 +64,7 @@ class BuildSpec:
     ratio: float
     max_chars: int
     mtime_ns: int | None = None  # a file source's mtime, recorded to tell when it changes
+    segment_chars: int = SEGMENT_CHARS  # headingless texts longer than this are read in parts
 
 
 def no_progress(_fraction: float, _message: str) -> None:
@@ -110,7 +111,7 @@ def build(
     progress(0.05, "chunking")
     chars = len(text)
     batches: Iterator[list[Chunk]]
-    if chars > SEGMENT_CHARS and not _has_structure(text):
+    if chars > spec.segment_chars and not _has_structure(text):
         del text  # segments are read back from source.txt: no full copy while indexing
         batches = _segments(directory / "source.txt", chars, spec, progress)
     else:
@@ -160,7 +161,7 @@ def _has_structure(text: str) -> bool:
 def _segments(
     source: Path, chars: int, spec: BuildSpec, progress: Progress
 ) -> Iterator[list[Chunk]]:
-    """Chunk a large text without headings or fences ``SEGMENT_CHARS`` at a time.
+    """Chunk a large text without headings or fences ``spec.segment_chars`` at a time.
 
     Segments are read back from ``source.txt``, so only one segment's text and
     chunks exist at once. Each segment but the last gives up its final chunk, and
@@ -175,7 +176,7 @@ def _segments(
         pos = 0
         while pos < size:
             f.seek(pos)
-            block = f.read(SEGMENT_CHARS)
+            block = f.read(spec.segment_chars)
             end = pos + len(block)
             newline = block.rfind(b"\n") if end < size else -1
             if newline >= 0:

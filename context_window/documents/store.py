@@ -25,6 +25,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from context_window.documents.build import (
+    SEGMENT_CHARS,
     BuildSpec,
     Progress,
     build,
@@ -130,6 +131,7 @@ class DocumentStore:
         max_chars: int = MAX_CHARS,
         max_file_bytes: int = MAX_FILE_BYTES,
         query_limits: QueryLimits | None = None,
+        segment_chars: int = SEGMENT_CHARS,
     ) -> None:
         self.root = data_dir / "documents"
         self.counter = counter
@@ -138,6 +140,7 @@ class DocumentStore:
         self.chunk_overlap = chunk_overlap
         self.max_chars = max_chars
         self.max_file_bytes = max_file_bytes
+        self.segment_chars = segment_chars
         self._lock = threading.RLock()
         self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
@@ -306,7 +309,15 @@ class DocumentStore:
         )
         data = (folder / "source.txt").read_bytes()
         spec = BuildSpec(
-            doc.id, doc.title, doc.source, doc.sha256, tokens, overlap, ratio, len(data) + 1
+            doc.id,
+            doc.title,
+            doc.source,
+            doc.sha256,
+            tokens,
+            overlap,
+            ratio,
+            len(data) + 1,
+            segment_chars=self.segment_chars,
         )
         with work_dir(self.root, doc.id) as work:
             try:
@@ -417,6 +428,7 @@ class DocumentStore:
             ratio,
             self.max_chars if file_path is None else self.max_file_bytes,
             mtime_ns,
+            self.segment_chars,
         )
         holder = [data]
         del data

@@ -7,7 +7,6 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +16,6 @@ from context_window.cli.main import main
 from context_window.config import Settings
 from context_window.models import Entry
 from context_window.service import Service
-from context_window.sessions import store as session_store
 from context_window.tokens import TokenCounter
 
 SettingsFactory = Callable[..., Settings]
@@ -283,27 +281,6 @@ def test_edited_document_text_is_refused(
     assert cli(fresh, "import", str(out)) == 1
     assert "sha256" in capsys.readouterr().err
     assert not fresh.data_dir.exists()
-
-
-def test_a_failed_session_import_leaves_no_directory(
-    settings: SettingsFactory,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    s = settings()
-    build_session(s)
-    out = tmp_path / "work.jsonl"
-    assert cli(s, "export", "session", "work", "-o", str(out)) == 0
-    fresh = settings(data_dir=tmp_path / "fresh")
-
-    def crash(*_args: Any, **_kwargs: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(session_store, "write_json_atomic", crash)
-    assert main(["--data-dir", str(fresh.data_dir), "import", str(out)]) == 1
-    assert "no space left on the device" in capsys.readouterr().err
-    assert list((fresh.data_dir / "sessions").iterdir()) == []
 
 
 def test_import_replace_uses_the_exports_chunking(

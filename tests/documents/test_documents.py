@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from opens import watching_opens
 
 from context_window.chunking import chunk_text
-from context_window.documents import build as docingest
 from context_window.documents.store import DocumentStore
 from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
 from context_window.tokens import TokenCounter
@@ -79,16 +79,6 @@ def test_a_build_without_meta_is_never_listed(store: DocumentStore) -> None:
         store.get("half")
 
 
-def test_failed_build_leaves_nothing(store: DocumentStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(*_: object, **__: object) -> None:
-        raise RuntimeError("disk full")
-
-    monkeypatch.setattr(docingest.IndexBuilder, "write", boom)
-    with pytest.raises(RuntimeError):
-        store.ingest(text="some text to index", doc_id="x")
-    assert not store.root.exists() or list(store.root.iterdir()) == []
-
-
 def test_window_pages_with_a_cursor(store: DocumentStore) -> None:
     doc = store.ingest(file_path="build.log", doc_id="log").doc
     assert doc.chunks > 10
@@ -118,11 +108,20 @@ def test_window_truncates_one_oversized_chunk(store: DocumentStore) -> None:
     assert len(w.chunks) == 1 and w.truncated and w.used_tokens <= 20
 
 
-def test_large_log_is_chunked_in_segments_like_one_call(
-    store: DocumentStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def segmented(store: DocumentStore, segment_chars: int) -> DocumentStore:
+    """A store like ``store`` (same data dir) that reads headingless texts in small parts."""
+    return DocumentStore(
+        store.root.parent,
+        store.counter,
+        ingest_roots=store.ingest_roots,
+        chunk_tokens=store.chunk_tokens,
+        segment_chars=segment_chars,
+    )
+
+
+def test_large_log_is_chunked_in_segments_like_one_call(store: DocumentStore) -> None:
     text = (DOCS / "build.log").read_text(encoding="utf-8")
-    monkeypatch.setattr(docingest, "SEGMENT_CHARS", 10_000)
+    store = segmented(store, 10_000)
     doc = store.ingest(text=text, doc_id="seg").doc
     whole = chunk_text(text, 200, 80, 0.27)
     got = store.read_chunks(doc, 0, doc.chunks - 1)
@@ -136,28 +135,19 @@ def test_large_log_is_chunked_in_segments_like_one_call(
     assert [c.index for c in got] == list(range(doc.chunks))
 
 
-def test_search_reads_only_the_hits(store: DocumentStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_reads_only_the_hits(store: DocumentStore) -> None:
     store.ingest(file_path="build.log", doc_id="log")
     fresh = DocumentStore(store.root.parent, TokenCounter(0.27))  # as after a restart
-    reads: list[int] = []
-    real_read = Path.open
-
-    def counting_open(self: Path, *args: object, **kwargs: object) -> object:
-        if self.name == "chunks.jsonl":
-            reads.append(1)
-        return real_read(self, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(Path, "open", counting_open)
-    hits = fresh.search("maxConnections socket_pool", "log", limit=3)
+    reads: list[str] = []
+    with watching_opens(lambda path: reads.append(path) if path.endswith("chunks.jsonl") else None):
+        hits = fresh.search("maxConnections socket_pool", "log", limit=3)
     assert "maxConnections" in hits[0].chunk.text
     assert len(reads) == len(hits)  # one seek-and-read per hit, never the whole file
 
 
-def test_segments_keep_character_offsets_with_multibyte_text(
-    store: DocumentStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_segments_keep_character_offsets_with_multibyte_text(store: DocumentStore) -> None:
     text = "".join(f"{i:05d} café 東京 naïve straße ok\n" for i in range(3000))
-    monkeypatch.setattr(docingest, "SEGMENT_CHARS", 7_000)
+    store = segmented(store, 7_000)
     doc = store.ingest(text=text, doc_id="utf").doc
     got = store.read_chunks(doc, 0, doc.chunks - 1)
     assert all(c.text == text[c.start : c.end] for c in got)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from opens import watching_opens
 
 from context_window.config import load_settings
 from context_window.documents.sandbox import read_file
@@ -151,9 +152,7 @@ async def test_invalid_utf8_names_the_byte_offset(tmp_path: Path, root: Path) ->
 
 
 @pytest.mark.anyio
-async def test_over_the_size_limit_is_refused_before_reading(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_over_the_size_limit_is_refused_before_reading(tmp_path: Path, root: Path) -> None:
     (root / "big.txt").write_text("word " * 200)
     settings = load_settings(
         {"data_dir": tmp_path / "data", "llm_enabled": False, "ingest_roots": [root]}, environ={}
@@ -186,22 +185,19 @@ async def test_exactly_one_source(tmp_path: Path, root: Path) -> None:
     nothing_written(tmp_path)
 
 
-def test_file_swapped_for_a_symlink_after_the_check_is_refused(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_file_swapped_for_a_symlink_after_the_check_is_refused(tmp_path: Path, root: Path) -> None:
     """Between resolving and opening, the file becomes a symlink: O_NOFOLLOW refuses it."""
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")
     target = root / "ok.txt"
-    real_lstat = Path.lstat
+    swapped: list[str] = []
 
-    def lstat_then_swap(self: Path) -> os.stat_result:
-        result = real_lstat(self)
-        if self == target.resolve():
+    def swap_before_open(path: str) -> None:
+        if Path(path).name == "ok.txt" and not swapped:
+            swapped.append(path)
             target.unlink()
             target.symlink_to(secret)
-        return result
 
-    monkeypatch.setattr(Path, "lstat", lstat_then_swap)
-    with pytest.raises(AccessDenied):
+    with watching_opens(swap_before_open), pytest.raises(AccessDenied):
         read_file("ok.txt", [root], 1000)
+    assert swapped, "the sandbox never opened ok.txt"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,25 +23,28 @@ def mentioned(name: str, text: str) -> bool:
     return regex.search(rf"(?<![\w-]){regex.escape(name)}(?![\w-])", text) is not None
 
 
-def cli_flags(parser: argparse.ArgumentParser | None = None) -> list[str]:
-    """Every long option of the parser and its commands, except --help and --version."""
-    flags: list[str] = []
-    for action in (parser or build_parser())._actions:
-        if isinstance(action, argparse._HelpAction | argparse._VersionAction):
-            continue
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                flags.extend(f for f in cli_flags(sub) if f not in flags)
-        flags.extend(o for o in action.option_strings if o.startswith("--") and o not in flags)
-    return flags
+def help_text(*command: str) -> str:
+    """What ``context-window [COMMAND] --help`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--help"])
+    return out.getvalue()
 
 
 def cli_commands() -> list[str]:
-    """The names of the parser's commands."""
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return list(action.choices)
-    return []
+    """The commands the main help lists (the lines under "commands")."""
+    listing = help_text().split("\ncommands", 1)[1]
+    return regex.findall(r"(?m)^    ([a-z][a-z-]*)(?=\s)", listing)
+
+
+def cli_flags() -> list[str]:
+    """Every long option of the program and its commands, except --help and --version."""
+    flags: list[str] = []
+    for command in ((), *((c,) for c in cli_commands())):
+        for flag in regex.findall(r"(?<![\w-])--[a-z][a-z-]*", help_text(*command)):
+            if flag not in flags and flag not in ("--help", "--version"):
+                flags.append(flag)
+    return flags
 
 
 def test_mentioned_matches_whole_tokens_only() -> None:

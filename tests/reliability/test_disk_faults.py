@@ -102,23 +102,31 @@ def test_a_read_only_data_dir_reads_and_refuses_writes_clearly(tmp_path: Path) -
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
 
 
+def fill(disk: Path, leave: int = 0) -> Path:
+    """Fill ``disk`` to the last byte, less about ``leave`` bytes; returns the filler file."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):
+            while True:
+                try:
+                    if os.write(fd, b"\0" * size) < size:
+                        break
+                except OSError:
+                    break
+        if leave:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    finally:
+        os.close(fd)
+    return filler
+
+
 def test_a_full_disk_fails_cleanly_and_leaves_nothing_half_made(tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     with mounted(disk, "-t", "tmpfs", "-o", "size=1m", "tmpfs"):
         data = disk / "data"
         _seed(data)
-        filler = disk / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:  # fill the disk to the last byte
-            for size in (65536, 4096, 512, 1):
-                while True:
-                    try:
-                        if os.write(fd, b"\0" * size) < size:
-                            break
-                    except OSError:
-                        break
-        finally:
-            os.close(fd)
+        filler = fill(disk)
         before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
         out = _probe(data)
         after = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
@@ -130,3 +138,36 @@ def test_a_full_disk_fails_cleanly_and_leaves_nothing_half_made(tmp_path: Path) 
         assert after == before  # no half-made session or document directories
         filler.unlink()
         assert _probe(data)["append"][0] == "ok"
+
+
+def test_an_ingest_that_fills_the_disk_midway_leaves_nothing(tmp_path: Path) -> None:
+    """Room for source.txt but not for the chunks and index written after it."""
+    disk = tmp_path / "disk"
+    with mounted(disk, "-t", "tmpfs", "-o", "size=2m", "tmpfs"):
+        data = disk / "data"
+        _seed(data)
+        fill(disk, leave=200_000)  # the probe's text is 120,008 bytes: its copy fits
+        docs = data / "documents"
+        before = sorted(str(p.relative_to(docs)) for p in docs.rglob("*"))
+        out = _probe(data)
+        assert out["ingest"][0] == "error" and "disk is full" in str(out["ingest"][1]), out
+        assert sorted(str(p.relative_to(docs)) for p in docs.rglob("*")) == before
+
+
+def test_an_import_onto_a_full_disk_leaves_no_session(tmp_path: Path) -> None:
+    src, disk = tmp_path / "src", tmp_path / "disk"
+    svc = service_for(src)
+    session, _ = svc.sessions.open("work")
+    for i in range(200):
+        session.append(f"note {i}: the deploy key lives in vault path secret/deploy/{i}")
+    export = tmp_path / "work.jsonl"
+    done = _cli(src, "export", "session", "work", "-o", str(export))
+    assert done.returncode == 0, done.stderr
+    with mounted(disk, "-t", "tmpfs", "-o", "size=1m", "tmpfs"):
+        data = disk / "data"
+        service_for(data)  # the data dir exists, with its sessions folder
+        fill(disk, leave=export.stat().st_size // 2)
+        done = _cli(data, "import", str(export))
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert "disk is full" in done.stderr and "Traceback" not in done.stderr
+        assert list((data / "sessions").iterdir()) == []

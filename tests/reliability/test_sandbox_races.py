@@ -9,13 +9,14 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
+from opens import watching_opens
 
 from context_window.documents.store import DocumentStore
 from context_window.errors import AccessDenied, ContextWindowError, InvalidInput, NotFound
@@ -266,70 +267,42 @@ def test_directory_flipping_to_a_symlink(lay: Layout) -> None:
     assert ingested and refusals, (ingested, refusals)  # both sides of the flip were hit
 
 
-def swap_on_access(
-    monkeypatch: pytest.MonkeyPatch, target: Path, when: str, swap: Callable[[], None]
-) -> None:
-    """Run ``swap`` just before the sandbox stats (or opens) ``target``."""
-    real_stat, real_open = os.stat, os.open
-
-    def stat_hook(path: Any, *args: Any, **kw: Any) -> Any:
-        if when == "before-stat" and str(path) == str(target):
-            swap()
-        return real_stat(path, *args, **kw)
-
-    def open_hook(path: Any, *args: Any, **kw: Any) -> Any:
-        if when == "before-open" and str(path) == str(target):
-            swap()
-        return real_open(path, *args, **kw)
-
-    monkeypatch.setattr(os, "stat", stat_hook)
-    monkeypatch.setattr(os, "open", open_hook)
-
-
-@pytest.mark.parametrize("when", ["before-stat", "before-open"])
-def test_swap_between_check_and_read(
-    lay: Layout, monkeypatch: pytest.MonkeyPatch, when: str
-) -> None:
-    """Deterministic version of the race: the path becomes a symlink at the worst moment."""
+def test_swap_between_check_and_open(lay: Layout) -> None:
+    """Deterministic version of the race: the path becomes a symlink at the worst moment,
+    after every check and just before the sandbox opens it."""
     target = lay.root / "swap.txt"
     target.write_text(INSIDE)
-
     swapped: list[bool] = []
 
-    def swap() -> None:
-        if swapped:
-            return
-        swapped.append(True)
-        target.unlink()
-        target.symlink_to(lay.outside / "secret.txt")
+    def swap(path: str) -> None:
+        if Path(path).name == target.name and not swapped:
+            swapped.append(True)
+            target.unlink()
+            target.symlink_to(lay.outside / "secret.txt")
 
-    swap_on_access(monkeypatch, target, when, swap)
-    refused(lay, "swap.txt")
-    assert swapped, "the hook never ran: the sandbox no longer calls os.stat/os.open on the path"
+    with watching_opens(swap):
+        refused(lay, "swap.txt")
+    assert swapped, "the sandbox never opened swap.txt"
 
 
-@pytest.mark.parametrize("when", ["before-stat", "before-open"])
-def test_parent_directory_swap_between_check_and_read(
-    lay: Layout, monkeypatch: pytest.MonkeyPatch, when: str
-) -> None:
-    """The last component is a plain file; its parent directory becomes a symlink."""
+def test_parent_directory_swap_between_check_and_open(lay: Layout) -> None:
+    """The last component is a plain file; its parent directory becomes a symlink after
+    the checks, just before the sandbox opens it."""
     (lay.root / "dd").mkdir()
     target = lay.root / "dd" / "f.txt"
     target.write_text(INSIDE)
     (lay.outside / "f.txt").write_text(SECRET)
-
     swapped: list[bool] = []
 
-    def swap() -> None:
-        if swapped:
-            return
-        swapped.append(True)
-        (lay.root / "dd").rename(lay.base / "dd-away")
-        (lay.root / "dd").symlink_to(lay.outside)
+    def swap(path: str) -> None:
+        if Path(path).name == "dd" and not swapped:
+            swapped.append(True)
+            (lay.root / "dd").rename(lay.base / "dd-away")
+            (lay.root / "dd").symlink_to(lay.outside)
 
-    swap_on_access(monkeypatch, target, when, swap)
-    refused(lay, "dd/f.txt")
-    assert swapped, "the hook never ran: the sandbox no longer calls os.stat/os.open on the path"
+    with watching_opens(swap):
+        refused(lay, "dd/f.txt")
+    assert swapped, "the sandbox never opened the directory dd"
 
 
 def test_sandbox_errors_through_the_tool(lay: Layout) -> None:

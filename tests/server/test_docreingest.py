@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_document_tools import error, ok, serve
 
-from context_window.documents import build as docingest
+from context_window.documents.build import SEGMENT_CHARS
 from context_window.documents.cursors import read_cursor, write_cursor
 from context_window.documents.store import DocumentStore
 from context_window.models import Chunk
@@ -27,7 +27,9 @@ def lines_of(system: str) -> list[str]:
     return (LOGHUB / system / f"{system}_2k.log").read_text(encoding="utf-8").splitlines(True)
 
 
-def make_store(tmp_path: Path, ratio: float = 0.27, chunk_tokens: int = 200) -> DocumentStore:
+def make_store(
+    tmp_path: Path, ratio: float = 0.27, chunk_tokens: int = 200, segment_chars: int = SEGMENT_CHARS
+) -> DocumentStore:
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     return DocumentStore(
@@ -36,6 +38,7 @@ def make_store(tmp_path: Path, ratio: float = 0.27, chunk_tokens: int = 200) -> 
         ingest_roots=[root],
         chunk_tokens=chunk_tokens,
         chunk_overlap=chunk_tokens // 10,
+        segment_chars=segment_chars,
     )
 
 
@@ -133,11 +136,8 @@ def test_reingest_reuses_the_stored_ratio_and_chunk_size(tmp_path: Path) -> None
     assert fresh.ratio == 0.41 and fresh.chunks < doc.chunks
 
 
-def test_segmented_text_keeps_its_chunks_when_it_grows_past_a_segment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(docingest, "SEGMENT_CHARS", 40_000)
-    store = make_store(tmp_path)
+def test_segmented_text_keeps_its_chunks_when_it_grows_past_a_segment(tmp_path: Path) -> None:
+    store = make_store(tmp_path, segment_chars=40_000)
     lines = lines_of("Linux")
     path = tmp_path / "root" / "app.log"
     for cut in (300, 900):  # below one segment, then several segments
