@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 ROLES: tuple[str, ...] = ("note", "user", "assistant", "system", "decision")
 SummaryMethod = Literal["llm", "extractive", "verbatim"]
@@ -147,3 +148,19 @@ class CompactionPlan:
     def tokens(self) -> int:
         """Tokens of the entries to fold."""
         return sum(e.tokens for e in self.entries)
+
+
+Reserve = tuple[int, bool]  # tokens kept for an answer's header, and whether it is terse
+Count = Callable[[str], int]
+
+
+class RecallLayout(Protocol):
+    """What an edge puts around recalled entries, which packing leaves room for."""
+
+    def label(self, entry: Entry) -> str:
+        """The line above an entry."""
+        ...
+
+    def reserve(self, total: int, budget: int, count: Count) -> Reserve:
+        """The header's widest size, for up to ``total`` entries."""
+        ...

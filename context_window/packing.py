@@ -3,17 +3,24 @@
 ``pack``: items in rank order, skipping what does not fit. ``leading``: the longest run
 of items from the start. ``fit_lines``: a header and as many lines as fit, with a note
 on the rest. ``header_reserve`` and ``settle``: room for an answer's own header.
-(The longest prefix of one text within a budget is ``tokens.longest_prefix``.)
+``fit_chunks``: a window's chunks with their labels. ``fit_data``: structured data
+whose JSON fits. (The longest prefix of one text within
+a budget is ``tokens.longest_prefix``.)
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from context_window.models import Packed
+from context_window.models import Chunk, Packed
 from context_window.tokens import TokenCounter
 
 
@@ -134,3 +141,95 @@ def settle(
     """
     used = count(render(budget))
     return render(used), used
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> dict[str, Any]:
+    """``data`` whose JSON is within ``budget`` tokens: trailing list items dropped, long
+    strings cut (with an ellipsis), largest first; then, if the keys alone are over, the
+    last keys. ``"cut": true`` marks a fitted answer. Lists are best first or in reading
+    order, so what is dropped is what matters least or comes last."""
+    if count(_json(data)) <= budget:
+        return data
+    out: dict[str, Any] = {"cut": True, **data}
+    lists = [k for k, v in out.items() if isinstance(v, list) and v]
+    if lists:  # the common case, at the cost of one pass: keep the longest prefix that fits
+        key = max(lists, key=lambda k: len(_json(out[k])))
+        room = budget - count(_json({**out, key: []}))
+        kept: list[Any] = []
+        for item in out[key]:
+            room -= count(_json(item)) + 1
+            if room < 0:
+                break
+            kept.append(item)
+        out[key] = kept or out[key][:1]  # one item at least, cut to fit below
+        if count(_json(out)) <= budget:
+            return out
+    out = copy.deepcopy(out)
+    for _ in range(_FIT_ROUNDS):
+        over = count(_json(out)) - budget
+        if over <= 0:
+            return out
+        parent, key, node = _largest(out)
+        share = over / max(1, count(_json(node)))  # the part of this node that must go
+        if isinstance(node, list):
+            parent[key] = node[: max(0, len(node) - max(1, math.ceil(len(node) * share)))]
+        elif isinstance(node, str) and len(node) > 1:
+            parent[key] = node[: max(0, len(node) - max(2, math.ceil(len(node) * share)))] + "…"
+        else:
+            break
+    while len(out) > 1 and count(_json(out)) > budget:
+        out.popitem()
+    return out
+
+
+_FIT_ROUNDS = 200
+
+
+def _largest(node: Any) -> tuple[Any, Any, Any]:
+    """(container, key, value) of the value to shrink next: the largest list of two or more
+    items, or string, found by descending into the largest child at each level."""
+    parent: Any = None
+    key: Any = None
+    while True:
+        if isinstance(node, dict) and node:
+            k = max(node, key=lambda k: len(_json(node[k])))
+            parent, key, node = node, k, node[k]
+        elif isinstance(node, list) and len(node) == 1:
+            parent, key, node = node, 0, node[0]
+        else:
+            return parent, key, node
+
+
+def fit_chunks(
+    chunks: Sequence[Chunk],
+    room: int,
+    label: Callable[[Chunk], str] | None,
+    counter: TokenCounter,
+) -> tuple[list[Chunk], int, bool]:
+    """The leading ``chunks`` whose texts, ``label`` lines and separators fit ``room``:
+    (kept, tokens used, truncated). One chunk is always kept; when it alone is over,
+    its text is cut to fit (and its heading dropped when even that has no room)."""
+
+    def cost(c: Chunk) -> int:
+        head = counter.count(label(c)) if label is not None else 0
+        return counter.count(c.text) + head + 2
+
+    kept: list[Chunk] = []
+    used = 0
+    for c in chunks:
+        if kept and used + cost(c) > room:
+            break
+        kept.append(c)
+        used += cost(c)
+    if used <= room:
+        return kept, used, False
+    one = kept[0]
+    if room - cost(replace(one, text="")) < 1:  # no room for the heading trail either
+        one = replace(one, heading="")
+    cut = counter.truncate(one.text, max(1, room - cost(replace(one, text=""))))
+    one = replace(one, text=cut, tokens=counter.count(cut))
+    return [one], cost(one), True

@@ -1,7 +1,11 @@
-"""Composition root: builds the stores, the LLM client and the summarizer from Settings.
+"""The façade both edges call: builds the stores, the LLM client and the summarizer
+from Settings, and serves each tool with one method.
 
-The session operations that involve more than one part (compaction needs the
-summarizer) live here; everything else is a direct call on a store.
+A method takes the tool's arguments, does the work off the event loop under the right
+lock (see ``run``), and returns what the tool shows; the edge only renders it. Where
+an answer must fit a budget with the edge's words around it, the edge passes a layout
+(``models.RecallLayout``, ``tables.WindowLayout``, ``outline.OutlineLayout`` and
+``SearchLayout``) and the fitting happens here or below, never in the edge.
 """
 
 from __future__ import annotations
@@ -10,19 +14,36 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
 
 from context_window.calibration import Calibrator
 from context_window.config import Settings
+from context_window.documents.freshness import SourceState
+from context_window.documents.outline import (
+    Outline,
+    OutlineLayout,
+    SearchLayout,
+    fit_outline,
+    overview,
+)
+from context_window.documents.progress import Report, ingest_in_thread
+from context_window.documents.search import Answer
 from context_window.documents.store import DocumentStore
+from context_window.documents.summaries import DocSummary, chunk_lines, summarize_range
+from context_window.documents.tables import DocInfo, Ingested, Window, WindowLayout
 from context_window.errors import Busy, InvalidInput
-from context_window.facts import lost_facts
 from context_window.llm import LLMClient
-from context_window.models import CompactionPlan, Entry, Summary
-from context_window.packing import leading
+from context_window.models import (
+    Entry,
+    Recall,
+    RecallLayout,
+    SessionInfo,
+    SessionStats,
+)
+from context_window.sessions.compaction import Compaction, keep_facts, summary_input
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.summarize import Summarizer
@@ -33,6 +54,8 @@ from context_window.version import __version__
 log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
+RECENT = 5  # latest unpinned entries context_open shows
+OUTLINE_SUMMARIES = 20  # chunks summarized per outline unless max_chunks says otherwise
 WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
 DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
 T = TypeVar("T")
@@ -44,23 +67,64 @@ def session_key(session_id: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Compaction:
-    """What a compaction did (or, on a dry run, would do)."""
+class Opened:
+    """A session opened (or created), with what context_open shows of it."""
+
+    session: Session
+    created: bool
+    stats: SessionStats
+    pinned: list[Entry]
+    recent: list[Entry]  # the latest live unpinned entries, oldest first
+    budget: int
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A session after a change (or a look): its stats, and the entries concerned."""
+
+    session: Session
+    stats: SessionStats
+    entries: list[Entry]  # appended, restored, or none
+    budget: int
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A recall, packed for the edge's layout."""
 
     session_id: str
-    plan: CompactionPlan
-    summary: Summary | None
-    entry: Entry | None
-    dry_run: bool
-    kept_facts: tuple[str, ...] = ()
-    facts_not_kept: int = 0
+    recall: Recall
+    terse: bool  # the budget is too small for the full header
+    budget: int
 
-    @property
-    def tokens_freed(self) -> int:
-        """Live tokens removed from the session, net of the summary."""
-        if self.summary is None:
-            return 0
-        return max(0, self.plan.tokens - self.summary.tokens)
+
+@dataclass(frozen=True)
+class Searched:
+    """A document search: the answer, or (no hits) the fitted text to show instead."""
+
+    query: str
+    answer: Answer | None  # None: the query has no searchable words
+    instead: str  # when there are no hits: an overview, or that nothing matched
+    terse: bool
+    budget: int
+
+
+@dataclass(frozen=True)
+class Paged:
+    """A window, packed for the edge's layout."""
+
+    window: Window
+    terse: bool
+    budget: int
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A document as listed: its metadata, its source's state and its session cursors."""
+
+    doc: DocInfo
+    state: SourceState
+    cursors: dict[str, int]
 
 
 class Service:
@@ -180,27 +244,234 @@ class Service:
         key = session_key(session_id)
         session = await self.run(key, lambda: self.sessions.get(session_id))
         plan = await self.run(key, lambda: session.plan_compaction(keep_recent))
+        budget = self.settings.budget
         if dry_run or len(plan.entries) < 2:
-            return Compaction(session.id, plan, None, None, dry_run)
-        text = "\n\n".join(_render_for_summary(e) for e in plan.entries)
-        summary = await self.summarizer.summarize(text, target_tokens, kind="session notes")
-        originals = "\n".join(e.text for e in plan.entries)
-        lost = await anyio.to_thread.run_sync(lost_facts, originals, summary.text)
-        kept = lost[: leading((self.counter.count(f) + 1 for f in lost), target_tokens)]
-        final = summary
-        if lost:
-            more = len(lost) - len(kept)
-            extra = f" (+{more} more in the originals)" if more else ""
-            listed = "; ".join(kept) if kept else "none fitted"
-            text = f"{summary.text}\nKept facts: {listed}{extra}"
-            final = replace(summary, text=text, tokens=self.counter.count(text))
+            stats = await self.run(key, session.stats)
+            return Compaction(session.id, plan, None, None, dry_run, stats=stats, budget=budget)
+        summary = await self.summarizer.summarize(
+            summary_input(plan), target_tokens, kind="session notes"
+        )
+        final, kept, not_kept = await anyio.to_thread.run_sync(
+            keep_facts, summary, plan, target_tokens, self.counter
+        )
         entry = await self.run(
             key, lambda: session.commit_summary(plan, final.text, final.method, kept)
         )
-        return Compaction(session.id, plan, final, entry, False, tuple(kept), len(lost) - len(kept))
+        stats = await self.run(key, session.stats)
+        return Compaction(
+            session.id, plan, final, entry, False, tuple(kept), not_kept, stats, budget
+        )
 
+    # The session tools.
 
-def _render_for_summary(entry: Entry) -> str:
-    """One entry as the summarizer sees it: role and tags first."""
-    tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
-    return f"{entry.role}{tags}: {entry.text}"
+    async def open_session(self, session_id: str | None, title: str | None) -> Opened:
+        """Resume ``session_id`` or create it (a new id when None)."""
+
+        def work() -> Opened:
+            session, created = self.sessions.open(session_id, title)
+            live = session.entries()
+            pinned = [e for e in live if e.pinned]
+            recent = [e for e in live if not e.pinned][-RECENT:]
+            return Opened(session, created, session.stats(), pinned, recent, self.settings.budget)
+
+        return await self.run(session_key(session_id), work)
+
+    async def append(
+        self,
+        session_id: str,
+        text: str,
+        role: str = "note",
+        tags: list[str] | None = None,
+        pinned: bool = False,
+        ttl_days: float | None = None,
+    ) -> Changed:
+        """Append one entry to a session."""
+
+        def work() -> Changed:
+            session = self.sessions.get(session_id)
+            entry = session.append(text, role, tags, pinned, ttl_days=ttl_days)
+            return Changed(session, session.stats(), [entry], self.settings.budget)
+
+        return await self.run(session_key(session_id), work)
+
+    async def recall(
+        self,
+        session_id: str,
+        query: str | None,
+        budget_tokens: int | None,
+        layout: RecallLayout,
+        limit: int | None = None,
+        tags: list[str] | None = None,
+        include_superseded: bool = False,
+    ) -> Recalled:
+        """The entries relevant to ``query`` (or the latest), packed with ``layout``'s room."""
+        budget = budget_tokens or self.settings.budget
+
+        def work() -> Recalled:
+            session = self.sessions.get(session_id)
+            # One digit to spare: entries appended meanwhile by another process may be counted.
+            reserve, terse = layout.reserve(10 * session.size(), budget, self.counter.count)
+            rec = session.recall(
+                query,
+                budget,
+                limit=limit,
+                tags=tags,
+                include_superseded=include_superseded,
+                label=layout.label,
+                reserve=reserve,
+            )
+            return Recalled(session.id, rec, terse, budget)
+
+        return await self.run(session_key(session_id), work)
+
+    async def uncompact(self, session_id: str, compaction_id: str) -> Changed:
+        """Undo a compaction: its originals are live again."""
+
+        def work() -> Changed:
+            session = self.sessions.get(session_id)
+            restored = session.uncompact(compaction_id)
+            return Changed(session, session.stats(), restored, self.settings.budget)
+
+        return await self.run(session_key(session_id), work)
+
+    async def status(self, session_id: str) -> Changed:
+        """A session's stats."""
+
+        def work() -> Changed:
+            session = self.sessions.get(session_id)
+            return Changed(session, session.stats(), [], self.settings.budget)
+
+        return await self.run(session_key(session_id), work)
+
+    async def update(
+        self, session_id: str, entry_id: str, pinned: bool | None, delete: bool | None
+    ) -> Entry:
+        """Pin, unpin, delete or restore one entry."""
+        return await self.run(
+            session_key(session_id),
+            lambda: self.sessions.get(session_id).update(entry_id, pinned=pinned, deleted=delete),
+        )
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session, newest first."""
+        return await self.run("the session list", self.sessions.list)
+
+    # The document tools.
+
+    async def ingest(
+        self,
+        report: Report | None,
+        text: str | None = None,
+        file_path: str | None = None,
+        title: str | None = None,
+        doc_id: str | None = None,
+    ) -> Ingested:
+        """Ingest a text or a file, reporting progress to ``report``."""
+        return await ingest_in_thread(
+            self.documents, report, text=text, file_path=file_path, title=title, doc_id=doc_id
+        )
+
+    async def outline(
+        self, doc_id: str, summarize: bool, max_chunks: int | None, layout: OutlineLayout
+    ) -> Outline:
+        """A document's outline within the default budget (``summarize``: a cached one-line
+        summary per chunk, for the first ``max_chunks`` or ``OUTLINE_SUMMARIES``)."""
+        store = self.documents
+
+        def structure() -> tuple[DocInfo, list[tuple[int, str, int]]]:
+            doc = store.get(doc_id)
+            return doc, store.outline(doc)
+
+        doc, entries = await self.run(DOCUMENTS, structure)
+        summaries = None
+        if summarize:
+            entries = entries[: max_chunks or OUTLINE_SUMMARIES]
+            summaries = await chunk_lines(store, self.summarizer, doc, [e[0] for e in entries])
+        elif max_chunks:
+            entries = entries[:max_chunks]
+        return await anyio.to_thread.run_sync(
+            fit_outline, doc, entries, summaries, self.settings.budget, self.counter, layout
+        )
+
+    async def search(
+        self,
+        query: str,
+        doc_id: str | None,
+        limit: int,
+        budget_tokens: int | None,
+        layout: SearchLayout,
+    ) -> Searched:
+        """The lines best matching ``query``, in one document or all, within a budget."""
+        budget = budget_tokens or self.settings.budget
+        store, counter = self.documents, self.counter
+
+        def work() -> Searched:
+            reserve, terse = layout.reserve(budget, counter.count)
+            found = store.answer(query, doc_id, limit, budget, reserve)
+            if found is None:
+                shown = overview(store, doc_id, budget, counter, layout)
+                return Searched(query, None, shown, terse, budget)
+            instead = "" if found.hits else counter.truncate(layout.no_match(doc_id), budget)
+            return Searched(query, found, instead, terse, budget)
+
+        return await self.run(DOCUMENTS, work)
+
+    async def window(
+        self,
+        doc_id: str,
+        layout: WindowLayout,
+        first: int | None = None,
+        last: int | None = None,
+        budget_tokens: int | None = None,
+        reset: bool = False,
+        session_id: str | None = None,
+        line: int | None = None,
+    ) -> Paged:
+        """Chunks in order within a budget, from ``first``, ``line`` or the cursor."""
+        budget = budget_tokens or self.settings.budget
+        store = self.documents
+
+        def work() -> Paged:
+            reserve, terse = layout.reserve(
+                store.get(doc_id), session_id, budget, self.counter.count
+            )
+            w = store.window(
+                doc_id,
+                first,
+                last,
+                budget,
+                reset,
+                session_id,
+                line=line,
+                label=None if terse else layout.label,
+                reserve=reserve,
+            )
+            return Paged(w, terse, budget)
+
+        return await self.run(DOCUMENTS, work)
+
+    async def summarize(
+        self,
+        doc_id: str,
+        first: int | None,
+        last: int | None,
+        target_tokens: int = 500,
+        refresh: bool = False,
+    ) -> DocSummary:
+        """Summarize chunks ``first``-``last`` or the whole document (cached)."""
+        return await summarize_range(
+            self.documents, self.summarizer, doc_id, first, last, target_tokens, refresh
+        )
+
+    async def list_documents(self) -> list[Listed]:
+        """Every document, newest first, with its source's state and session cursors."""
+        store = self.documents
+
+        def work() -> list[Listed]:
+            return [Listed(d, store.source_state(d), store.session_cursors(d)) for d in store.all()]
+
+        return await self.run(DOCUMENTS, work)
+
+    async def forget(self, doc_id: str) -> DocInfo:
+        """Delete a document and everything derived from it."""
+        return await self.run(DOCUMENTS, lambda: self.documents.forget(doc_id))

@@ -34,7 +34,7 @@ from context_window.cli.archive_format import (
 from context_window.cli.catalog import Catalog, read_journal
 from context_window.documents.build import encode_text, sha256_of
 from context_window.documents.sandbox import decode_utf8
-from context_window.documents.store import MAX_CHARS, DocumentStore, clean_title
+from context_window.documents.store import MAX_CHARS, DocumentStore
 from context_window.documents.tables import chunk_record
 from context_window.errors import InvalidInput, NotFound, StorageError
 from context_window.localtime import time_or_none
@@ -44,6 +44,7 @@ from context_window.storage import (
     check_id,
     jsonl_line,
 )
+from context_window.titles import clean_title
 from context_window.tokens import TokenCounter
 
 

@@ -4,7 +4,8 @@
 the tables read from it, ``index`` the persisted BM25 index, ``search`` line-level
 answers, ``reingest`` what a new version keeps, ``cursors`` per-session reading
 positions, ``freshness`` the source file's state, ``summaries`` cached summaries and
-``sandbox`` reading files only under the ingest roots.
+``sandbox`` reading files only under the ingest roots, ``outline`` outlines fitted to a
+budget, ``progress`` an ingest's progress reported from the event loop.
 """
 
 from context_window.documents.store import DocumentStore

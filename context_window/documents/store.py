@@ -22,8 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import numpy as np
-
 from context_window.documents.build import (
     SEGMENT_CHARS,
     BuildSpec,
@@ -35,20 +33,11 @@ from context_window.documents.build import (
 )
 from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
 from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
-from context_window.documents.index import OldIndex, score_all
+from context_window.documents.index import OldIndex
+from context_window.documents.query import CANDIDATE_CHUNKS, best_chunks, best_passages
 from context_window.documents.reingest import carry_cursors, chunk_settings, compare
 from context_window.documents.sandbox import read_file
-from context_window.documents.search import (
-    Answer,
-    Group,
-    Scorer,
-    best_matches,
-    candidate_passages,
-    idf_of,
-    prefilter,
-    smooth,
-)
-from context_window.documents.search import answer as answer_passages
+from context_window.documents.search import Answer
 from context_window.documents.tables import (
     DocInfo,
     Ingested,
@@ -66,7 +55,7 @@ from context_window.errors import (
     StorageError,
 )
 from context_window.models import Chunk, Hit
-from context_window.packing import leading
+from context_window.packing import fit_chunks, leading
 from context_window.storage import (
     Journal,
     check_id,
@@ -81,14 +70,12 @@ from context_window.storage import (
     write_json_atomic,
 )
 from context_window.textindex import Analyzer, QueryLimits
+from context_window.titles import check_title, clean_title, first_line
 from context_window.tokens import TokenCounter
 
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
-MAX_TITLE_CHARS = 200
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
-CANDIDATE_CHUNKS = 8  # chunks read to find the best passages (at least the hit limit)
-PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 log = logging.getLogger("context_window")
 
 
@@ -388,8 +375,7 @@ class DocumentStore:
             raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
         if doc_id is not None:
             check_id(doc_id, "doc_id")
-        if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
-            raise InvalidInput(f"title must be up to {MAX_TITLE_CHARS} printable characters")
+        check_title(title)
         progress(0.0, "reading")
         mtime_ns: int | None = None
         if file_path is not None:
@@ -404,7 +390,7 @@ class DocumentStore:
                     f"text is {len(text):,} characters; the limit is {self.max_chars:,}"
                 )
             data, source = encode_text(text), INLINE_SOURCE
-            default_title = _first_line(text)
+            default_title = first_line(text)
         digest = sha256_of(data)
         same = next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
         if same is not None and doc_id is None:
@@ -515,21 +501,7 @@ class DocumentStore:
             raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
         docs = [self.get(doc_id)] if doc_id is not None else self.all()
         tables = [self.tables(d) for d in docs]
-        scores = score_all([t.index for t in tables], terms)
-        found: list[tuple[float, int, int]] = []
-        for k, (arr, matched) in enumerate(scores):
-            candidates = np.flatnonzero(matched)
-            if len(candidates) > limit:  # every chunk tied with the limit-th, then by index
-                values = arr[candidates]
-                kth = np.partition(values, len(values) - limit)[len(values) - limit]
-                keep = candidates[values >= kth]
-                candidates = keep[np.lexsort((keep, -arr[keep]))[:limit]]
-            found.extend((float(arr[i]), k, int(i)) for i in candidates)
-        found.sort(key=lambda x: (-x[0], x[1], x[2]))
-        hits = []
-        for score, k, i in found[:limit]:
-            chunk = tables[k].read(i, i)[0]
-            hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
+        hits = best_chunks(docs, tables, terms, limit)
         return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
 
     @_steady
@@ -545,42 +517,8 @@ class DocumentStore:
             return None
         hits, searched = self._best_chunks(terms, doc_id, max(CANDIDATE_CHUNKS, limit))
         tables = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
-        n_chunks = sum(t.index.n_chunks for t in tables.values())
-        idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
-        scorer = Scorer(terms, idf, self._analyzer.expand)
-        keys = prefilter(terms)
-        share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
-        seen: set[tuple[str, int]] = set()
-        count = self.counter.count
-        groups = candidate_passages(hits, share, count, scorer, seen, keys)
-        smooth(groups)
-        # Where does each of the best lines' kind of match first occur? Read the earliest
-        # chunks holding all its matched terms (a bounded number) until a line holds them.
-        have = {(h.doc_id, h.chunk.index) for h in hits}
-        ranked = [(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
-        probes: list[Group] = []
-        reads = 0
-        for (doc, matched), _ in best_matches(ranked).items():
-            first = min(p.first for *_, p in ranked if p.doc == doc and set(p.terms) >= matched)
-            index, title = tables[doc].index, next(h.title for h in hits if h.doc_id == doc)
-            for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
-                if (doc, i) in have or reads >= PROBES:
-                    break
-                have.add((doc, i))
-                reads += 1
-                hit = Hit(doc, title, tables[doc].read(i, i)[0], 0.0)
-                group = candidate_passages([hit], share, count, scorer, seen, keys)[0]
-                if any(set(p.terms) >= matched for p in group.passages):
-                    probes.append(group)
-                    break
-        return answer_passages(
-            groups,
-            self.counter,
-            limit=limit,
-            budget=budget,
-            reserve=reserve,
-            share=share,
-            probes=probes,
+        return best_passages(
+            hits, tables, terms, self._analyzer, self.counter, limit, budget, reserve
         )
 
     @_steady
@@ -642,25 +580,7 @@ class DocumentStore:
         if opening is not None:
             chunks[0] = _from_line(chunks[0], opening)
 
-        def cost(c: Chunk) -> int:
-            head = self.counter.count(label(c)) if label is not None else 0
-            return self.counter.count(c.text) + head + 2
-
-        kept: list[Chunk] = []
-        used = 0
-        for c in chunks:
-            if kept and used + cost(c) > room:
-                break
-            kept.append(c)
-            used += cost(c)
-        truncated = used > room  # one chunk alone is over the budget: cut it
-        if truncated:
-            one = kept[0]
-            if room - cost(replace(one, text="")) < 1:  # no room for the heading trail either
-                one = replace(one, heading="")
-            cut = self.counter.truncate(one.text, max(1, room - cost(replace(one, text=""))))
-            kept = [replace(one, text=cut, tokens=self.counter.count(cut))]
-            used = cost(kept[0])
+        kept, used, truncated = fit_chunks(chunks, room, label, self.counter)
         end = kept[-1].index
         if session_id is None:
             doc = self.update_meta(doc.id, expect=doc.sha256, cursor=end + 1)
@@ -738,20 +658,3 @@ def _from_line(chunk: Chunk, line: int) -> Chunk:
         if pos == 0:
             return chunk
     return replace(chunk, text=chunk.text[pos:], start=chunk.start + pos, line=line)
-
-
-def clean_title(text: str) -> str:
-    """A title made from a file name or a first line: printable, one line, at most
-    ``MAX_TITLE_CHARS`` (a BOM, control characters and other unprintables dropped)."""
-    kept = "".join(c if c.isprintable() else " " for c in text.replace("\ufeff", ""))
-    title = " ".join(kept.split())
-    return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"
-
-
-def _first_line(text: str) -> str:
-    """A title from the first non-blank line, shortened."""
-    for line in text[:4000].splitlines():
-        line = line.strip().lstrip("#").strip()
-        if line:
-            return line[:80]
-    return ""

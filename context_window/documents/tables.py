@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from context_window.documents.index import DocIndex
 from context_window.errors import REINGEST, StorageError
-from context_window.models import Chunk
+from context_window.models import Chunk, Count, Reserve
 
 # The arrays of a document's index/ directory, with the rows each holds beyond one per
 # chunk (lines.npy has N + 1 offsets), or None when not per chunk. ``build`` and
@@ -217,3 +217,15 @@ def decode_chunk(line: bytes | str) -> Chunk:
         str(rec.get("heading", "")),
         int(rec.get("line", 0)),
     )
+
+
+class WindowLayout(Protocol):
+    """What an edge puts around a window's chunks, which packing leaves room for."""
+
+    def label(self, chunk: Chunk) -> str:
+        """The line above a chunk."""
+        ...
+
+    def reserve(self, doc: DocInfo, session_id: str | None, budget: int, count: Count) -> Reserve:
+        """The header's widest size, for a window on ``doc``."""
+        ...

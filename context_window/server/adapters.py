@@ -1,4 +1,4 @@
-"""What every tool adapter shares: error mapping, the audit line, and result building.
+"""What every tool adapter shares: error mapping, the audit line and the annotations.
 
 Core errors become the SDK's ToolError here and nowhere else; anything
 unexpected is logged with its traceback and reported generically.
@@ -6,17 +6,15 @@ unexpected is logged with its traceback and reported generically.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
 
 from context_window import errors
@@ -49,83 +47,6 @@ ADVICE = {
 audit_log = logging.getLogger("context_window.audit")
 
 P = ParamSpec("P")
-
-
-def result(
-    text: str,
-    data: dict[str, Any],
-    budget: int | None = None,
-    count: Callable[[str], int] | None = None,
-) -> CallToolResult:
-    """A tool result: compact text for the model plus the same facts as structured content.
-
-    With a ``budget``, the structured content is fitted to it on its own (see ``fit_data``):
-    some clients hand that to the model instead of the text.
-    """
-    if budget is not None and count is not None:
-        data = fit_data(data, budget, count)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> dict[str, Any]:
-    """``data`` whose JSON is within ``budget`` tokens: trailing list items dropped, long
-    strings cut (with an ellipsis), largest first; then, if the keys alone are over, the
-    last keys. ``"cut": true`` marks a fitted answer. Lists are best first or in reading
-    order, so what is dropped is what matters least or comes last."""
-    if count(_json(data)) <= budget:
-        return data
-    out: dict[str, Any] = {"cut": True, **data}
-    lists = [k for k, v in out.items() if isinstance(v, list) and v]
-    if lists:  # the common case, at the cost of one pass: keep the longest prefix that fits
-        key = max(lists, key=lambda k: len(_json(out[k])))
-        room = budget - count(_json({**out, key: []}))
-        kept: list[Any] = []
-        for item in out[key]:
-            room -= count(_json(item)) + 1
-            if room < 0:
-                break
-            kept.append(item)
-        out[key] = kept or out[key][:1]  # one item at least, cut to fit below
-        if count(_json(out)) <= budget:
-            return out
-    out = copy.deepcopy(out)
-    for _ in range(_FIT_ROUNDS):
-        over = count(_json(out)) - budget
-        if over <= 0:
-            return out
-        parent, key, node = _largest(out)
-        share = over / max(1, count(_json(node)))  # the part of this node that must go
-        if isinstance(node, list):
-            parent[key] = node[: max(0, len(node) - max(1, math.ceil(len(node) * share)))]
-        elif isinstance(node, str) and len(node) > 1:
-            parent[key] = node[: max(0, len(node) - max(2, math.ceil(len(node) * share)))] + "…"
-        else:
-            break
-    while len(out) > 1 and count(_json(out)) > budget:
-        out.popitem()
-    return out
-
-
-_FIT_ROUNDS = 200
-
-
-def _largest(node: Any) -> tuple[Any, Any, Any]:
-    """(container, key, value) of the value to shrink next: the largest list of two or more
-    items, or string, found by descending into the largest child at each level."""
-    parent: Any = None
-    key: Any = None
-    while True:
-        if isinstance(node, dict) and node:
-            k = max(node, key=lambda k: len(_json(node[k])))
-            parent, key, node = node, k, node[k]
-        elif isinstance(node, list) and len(node) == 1:
-            parent, key, node = node, 0, node[0]
-        else:
-            return parent, key, node
 
 
 def guarded(

@@ -27,7 +27,8 @@ from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
-from context_window.server.adapters import READ_ONLY, argument_errors, guarded, result
+from context_window.server import views
+from context_window.server.adapters import READ_ONLY, argument_errors, guarded
 from context_window.server.document_tools import register_document_tools
 from context_window.server.session_tools import register_session_tools
 from context_window.server.stdio import serve_stdio
@@ -255,16 +256,6 @@ def build_server(service: Service) -> MCPServer:
     @app.tool(annotations=READ_ONLY, description="How to use these tools. Read once at the start.")
     @guarded("context_guide", service.settings.audit)
     async def context_guide() -> CallToolResult:
-        s = service.settings
-        data = {
-            "data_dir": str(s.data_dir),
-            "budget": s.budget,
-            "ingest_roots": [str(r) for r in s.ingest_roots],
-            "token_counts": service.counter.source,
-            "token_ratio": service.counter.ratio,
-            "summarizer": service.summarizer.describe(),
-            "tools": s.tools,
-        }
-        return result(guide_text(service), data)
+        return views.guided(guide_text(service), service)
 
     return app

@@ -1,19 +1,88 @@
-"""How the document tools show results: compact text for the model, and structured content."""
+"""What each tool returns: its text (from ``session_text`` and ``document_text``) and the
+same facts as structured content, built here and nowhere else.
+
+One function per tool, each taking what its Service call returned. Answers that must
+fit a budget have their structured content fitted too (``packing.fit_data``): some
+clients hand that to the model instead of the text.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from context_window.documents.freshness import CHANGED, MISSING, SourceState
-from context_window.documents.reingest import describe
+from mcp.types import CallToolResult, TextContent
+
+from context_window.documents.outline import Outline
 from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
-from context_window.documents.tables import DocInfo, Ingested, Kept, Window
-from context_window.localtime import local_time
-from context_window.models import Chunk
-from context_window.packing import header_reserve
-from context_window.wording import plural
+from context_window.documents.tables import DocInfo, Ingested, Kept
+from context_window.models import Chunk, Entry, SessionInfo
+from context_window.packing import fit_data, settle
+from context_window.server import document_text as dt
+from context_window.server import session_text as st
+from context_window.service import (
+    Changed,
+    Listed,
+    Opened,
+    Paged,
+    Recalled,
+    Searched,
+    Service,
+)
+from context_window.sessions.compaction import Compaction
+
+Count = Callable[[str], int]
+
+
+def result(
+    text: str,
+    data: dict[str, Any],
+    budget: int | None = None,
+    count: Callable[[str], int] | None = None,
+) -> CallToolResult:
+    """A tool result: compact text for the model plus the same facts as structured content.
+
+    With a ``budget``, the structured content is fitted to it on its own (see ``fit_data``):
+    some clients hand that to the model instead of the text.
+    """
+    if budget is not None and count is not None:
+        data = fit_data(data, budget, count)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def entry_data(entry: Entry) -> dict[str, Any]:
+    """An entry as structured content."""
+    return {
+        "id": entry.id,
+        "seq": entry.seq,
+        "created_at": entry.created_at,
+        "role": entry.role,
+        "text": entry.text,
+        "tokens": entry.tokens,
+        "tags": list(entry.tags),
+        "pinned": entry.pinned,
+        "deleted": entry.deleted,
+        "superseded": entry.superseded,
+        "replaced_by": list(entry.replaced_by),
+        "replaces": list(entry.replaces),
+        "expires_at": entry.expires_at,
+        "expired": entry.expired,
+    }
+
+
+_RECALL_KEYS = ("id", "created_at", "role", "text")  # always there; the rest when set
+_SIZES = ("seq", "tokens")  # left out: the text is there to measure
+
+
+def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
+    """A recalled entry as structured content: flags and lists only when set, so the
+    structured answer stays near the size of the text one (both must fit the budget)."""
+    full = entry_data(entry)
+    out = {k: full[k] for k in _RECALL_KEYS}
+    out["score"] = score
+    out.update({k: v for k, v in full.items() if k not in _RECALL_KEYS and k not in _SIZES and v})
+    return out
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
@@ -45,28 +114,6 @@ def chunk_data(chunk: Chunk) -> dict[str, Any]:
     }
 
 
-def render_ingest(done: Ingested) -> str:
-    """doc_ingest's text: id, size, and what to call next."""
-    d = done.doc
-    if done.reused:
-        return (
-            f"Same content as doc {d.id} ({d.title}), already ingested: returned it, no copy "
-            f"made. {d.chars:,} chars, ~{d.tokens:,} tokens, {d.chunks} chunks.\n"
-            f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})"
-        )
-    verb = "Replaced" if done.replaced else "Ingested"
-    lines = [
-        f"{verb} doc {d.id} ({d.title}): {d.chars:,} chars, ~{d.tokens:,} tokens, "
-        f"{d.chunks} chunks in {done.seconds:.1f}s."
-    ]
-    if done.kept is not None:
-        lines.append(f"{describe(done.kept)}; cursor at {d.cursor}.")
-    if done.duplicate_of:
-        lines.append(f"Note: same content as doc {done.duplicate_of}.")
-    lines.append(f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})")
-    return "\n".join(lines)
-
-
 def kept_data(kept: Kept | None) -> dict[str, Any]:
     """What a replacing ingest kept, as structured content (empty for a new document)."""
     if kept is None:
@@ -82,61 +129,6 @@ def kept_data(kept: Kept | None) -> dict[str, Any]:
         "unchanged_ranges": ranges,
         "previous_chunks": kept.old_chunks,
     }
-
-
-def render_doc_line(d: DocInfo, state: SourceState, sessions: int) -> str:
-    """One doc_list line, with a second line saying how to refresh a stale source."""
-    cursors = f" (+{sessions} session cursors)" if sessions else ""
-    line = (
-        f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
-        f"cursor {d.cursor}{cursors}, ingested {_when(d.created_at)}"
-    )
-    if state.state == CHANGED:
-        line += (
-            f"\n    STALE: source changed since ingest ({state.reason}); re-ingest with "
-            f"doc_ingest(file_path={d.source!r}, doc_id={d.id!r})"
-        )
-    elif state.state == MISSING:
-        line += f"\n    SOURCE MISSING: {d.source} is gone; this copy still works"
-    return line
-
-
-def collapse(entries: list[tuple[int, str, int]]) -> list[tuple[int, int, str, int]]:
-    """Runs of consecutive chunks with the same heading trail: (first, last, trail, tokens)."""
-    runs: list[tuple[int, int, str, int]] = []
-    for i, trail, tokens in entries:
-        if runs and runs[-1][2] == trail and runs[-1][1] == i - 1:
-            first, _, _, total = runs[-1]
-            runs[-1] = (first, i, trail, total + tokens)
-        else:
-            runs.append((i, i, trail, tokens))
-    return runs
-
-
-SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
-
-
-def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
-    """doc_search's first lines: what is shown, the tokens, what did not fit, how to read on."""
-    if terse:  # a budget too small for the full header
-        return f"{plural(hits, 'hit')} · {used}/{budget}"
-    head = f"{plural(hits, 'hit')}, best first · {used}/{budget} tokens"
-    if omitted:
-        head += f" · {omitted} more matching lines not shown"
-    return f"{head}\n{SEARCH_TIP}"
-
-
-def search_reserve(budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
-    """Tokens doc_search keeps for its header (at its widest), and whether it must be terse."""
-    big = int("9" * len(str(budget)))
-    return header_reserve(
-        lambda terse: search_header(big, big, budget, 10**9, terse), budget, count
-    )
-
-
-def render_hit(hit: LineHit, short: bool = False) -> str:
-    """One hit: ``# doc [chunk] heading · lines a-b``, then its passages in line order."""
-    return "\n".join([hit.header(short), *(p.render() for p in hit.passages)])
 
 
 def hit_data(hit: LineHit) -> dict[str, Any]:
@@ -156,79 +148,228 @@ def hit_data(hit: LineHit) -> dict[str, Any]:
     }
 
 
-def window_label(c: Chunk) -> str:
-    """The line above each chunk doc_window shows: ``[i] heading · line N``."""
-    where = f" · line {c.line}" if c.line else ""
-    return f"[{c.index}] {c.heading}".rstrip() + where
+# The session tools.
 
 
-def window_header(
-    doc_id: str,
-    first: int,
-    last: int,
-    chunks: int,
-    used: int,
-    budget: int,
-    next_call: str,
-    truncated: bool,
-    terse: bool = False,
-) -> str:
-    """doc_window's first line(s): the range, the tokens, and how to go on."""
-    if terse:  # a budget too small for the full header
-        return f"[{first}-{last}]/{chunks} · {used}/{budget}"
-    head = f"{doc_id} [{first}-{last}] of {plural(chunks, 'chunk')} · {used}/{budget} tokens · "
-    head += next_call
-    if truncated:
-        head += f"\nchunk {first} is over the budget: cut (raise budget_tokens to read it whole)"
-    return head
+def opened(o: Opened) -> CallToolResult:
+    """context_open."""
+    data = {
+        "session_id": o.session.id,
+        "title": o.session.title,
+        "created": o.created,
+        "live": o.stats.live,
+        "total": o.stats.total,
+        "tokens": o.stats.live_tokens,
+        "budget": o.budget,
+        "pinned": [entry_data(e) for e in o.pinned],
+    }
+    return result(st.render_open(o), data)
 
 
-def window_reserve(
-    doc: DocInfo, session_id: str | None, budget: int, count: Callable[[str], int]
-) -> tuple[int, bool]:
-    """Tokens doc_window keeps for its header (at its widest), and whether it must be terse."""
-    big = int("9" * len(str(max(doc.chunks, 1))))
-    used = int("9" * len(str(budget)))
-    call = _next_call(doc.id, session_id, big)
-    return header_reserve(
-        lambda terse: window_header(doc.id, big, big, doc.chunks, used, budget, call, True, terse),
-        budget,
+def appended(c: Changed) -> CallToolResult:
+    """context_append."""
+    entry = c.entries[0]
+    data = {
+        "entry_id": entry.id,
+        "tokens": entry.tokens,
+        "session_tokens": c.stats.live_tokens,
+        "budget": c.budget,
+        "advice": st.advice(c.stats, c.budget),
+    }
+    return result(st.render_append(c), data)
+
+
+def recalled(r: Recalled, count: Count) -> CallToolResult:
+    """context_recall: the header states the answer's own size."""
+    rec = r.recall
+    text, used = settle(lambda u: st.render_recall(rec, r.terse, u), r.budget, count)
+    data = {
+        "session_id": r.session_id,
+        "entries": [recalled_data(e, rec.scores.get(e.id, 0.0)) for e in rec.entries],
+        "candidates": rec.candidates,
+        "searchable": rec.searchable,
+        "used_tokens": used,
+        "budget": rec.packed.budget,
+        "omitted": rec.packed.omitted,
+        "beyond_limit": rec.beyond_limit,
+    }
+    return result(text, data, r.budget, count)
+
+
+def compacted(c: Compaction) -> CallToolResult:
+    """context_compact."""
+    data = {
+        "session_id": c.session_id,
+        "dry_run": c.dry_run,
+        "folded": len(c.plan.entries) if len(c.plan.entries) >= 2 else 0,
+        "folded_tokens": c.plan.tokens,
+        "compaction_id": c.entry.id if c.entry else None,
+        "summary_id": c.entry.id if c.entry else None,
+        "summary_tokens": c.summary.tokens if c.summary else 0,
+        "method": c.summary.method if c.summary else None,
+        "reason": c.summary.reason if c.summary else "",
+        "tokens_freed": c.tokens_freed,
+        "kept_facts": list(c.kept_facts),
+        "facts_not_kept": c.facts_not_kept,
+    }
+    return result(st.render_compaction(c), data)
+
+
+def uncompacted(c: Changed, compaction_id: str) -> CallToolResult:
+    """context_uncompact."""
+    data = {
+        "session_id": c.session.id,
+        "compaction_id": compaction_id,
+        "restored": [e.id for e in c.entries],
+        "session_tokens": c.stats.live_tokens,
+        "budget": c.budget,
+    }
+    return result(st.render_uncompact(c, compaction_id), data)
+
+
+def status(c: Changed, counts: str, ratio: float, describe: str, summarizer: str) -> CallToolResult:
+    """context_status: ``counts`` is where token counts come from, ``describe`` says so."""
+    data = {
+        **c.stats.__dict__,
+        "session_id": c.session.id,
+        "budget": c.budget,
+        "token_counts": counts,
+        "token_ratio": ratio,
+        "summarizer": summarizer,
+        "advice": st.advice(c.stats, c.budget) or "Within budget.",
+    }
+    return result(st.render_status(c, describe, summarizer), data)
+
+
+def updated(entry: Entry) -> CallToolResult:
+    """context_update."""
+    return result(st.render_update(entry), entry_data(entry))
+
+
+def sessions_listed(infos: list[SessionInfo]) -> CallToolResult:
+    """context_list_sessions."""
+    data = {
+        "sessions": [
+            {"id": i.id, "title": i.title, "created_at": i.created_at, "updated_at": i.updated_at}
+            for i in infos
+        ]
+    }
+    return result(st.render_sessions(infos), data)
+
+
+# The document tools.
+
+
+def ingested(done: Ingested) -> CallToolResult:
+    """doc_ingest."""
+    data = {
+        **doc_data(done.doc),
+        "doc_id": done.doc.id,
+        "duplicate_of": done.duplicate_of,
+        "reused": done.reused,
+        "replaced": done.replaced,
+        "seconds": round(done.seconds, 3),
+        **kept_data(done.kept),
+        "next": ["doc_outline", "doc_search"],
+    }
+    return result(dt.render_ingest(done), data)
+
+
+def outlined(o: Outline, count: Count) -> CallToolResult:
+    """doc_outline."""
+    data = {
+        **doc_data(o.doc),
+        "outline": [{"index": i, "heading": t, "tokens": n} for i, t, n in o.entries],
+    }
+    return result(o.text, data, o.budget, count)
+
+
+def searched(s: Searched, count: Count) -> CallToolResult:
+    """doc_search: hits best first under a header stating the answer's own size."""
+    found = s.answer
+    if found is None or not found.hits:
+        data = {"hits": [], "query": s.query, "omitted": 0, "searchable": found is not None}
+        return result(s.instead, data, s.budget, count)
+    body = [dt.render_hit(h, found.short) for h in found.hits]
+    text, used = settle(
+        lambda u: "\n\n".join(
+            [dt.search_header(len(found.hits), u, s.budget, found.omitted, s.terse), *body]
+        ),
+        s.budget,
         count,
     )
+    data = {
+        "query": s.query,
+        "searchable": True,
+        "hits": [hit_data(h) for h in found.hits],
+        "omitted": found.omitted,
+        "used_tokens": used,
+        "budget": s.budget,
+    }
+    return result(text, data, s.budget, count)
 
 
-def _next_call(doc_id: str, session_id: str | None, cursor: int) -> str:
-    call = f"doc_id={doc_id!r}" + (f", session_id={session_id!r}" if session_id else "")
-    return f"next: doc_window({call}) from {cursor}"
+def paged(p: Paged, count: Count) -> CallToolResult:
+    """doc_window: chunks under a header stating the answer's own size."""
+    w = p.window
+    text, used = settle(lambda u: dt.render_window(w, p.budget, p.terse, used=u), p.budget, count)
+    data = {
+        "doc_id": w.doc.id,
+        "session_id": w.session_id,
+        "chunks": [chunk_data(c) for c in w.chunks],
+        "cursor": w.cursor,
+        "total_chunks": w.doc.chunks,
+        "at_end": w.at_end,
+        "truncated": w.truncated,
+        "used_tokens": used if w.chunks else 0,
+        "budget": p.budget,
+    }
+    return result(text, data, p.budget, count)
 
 
-def render_window(w: Window, budget: int, terse: bool = False, used: int | None = None) -> str:
-    """doc_window's text: a header, then each chunk under its label (``used``: its size)."""
-    d = w.doc
-    if not w.chunks:
-        return (
-            f"end of document; reset=true to start over, or pass from=N "
-            f"({d.id} has {d.chunks} chunks)"
-        )
-    first, last = w.chunks[0].index, w.chunks[-1].index
-    then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor)
-    used = w.used_tokens if used is None else used
-    head = window_header(d.id, first, last, d.chunks, used, budget, then, w.truncated, terse)
-    body = [c.text if terse else f"{window_label(c)}\n{c.text}" for c in w.chunks]
-    return "\n\n".join([head, *body])
+def summarized(s: DocSummary) -> CallToolResult:
+    """doc_summarize."""
+    data = {
+        "doc_id": s.doc.id,
+        "from": s.first,
+        "to": s.last,
+        "whole": s.whole,
+        "text": s.summary.text,
+        "method": s.summary.method,
+        "reason": s.summary.reason,
+        "tokens": s.summary.tokens,
+        "note": s.note,
+        "cached": s.cached,
+    }
+    return result(dt.render_summary(s), data)
 
 
-def render_summary(s: DocSummary) -> str:
-    """doc_summarize's text: scope, method (and why), what was read, then the summary."""
-    what = "whole document" if s.whole else f"chunks {s.first}-{s.last}"
-    method = s.summary.method + (f" ({s.summary.reason})" if s.summary.reason else "")
-    cached = " (cached; refresh=true recomputes)" if s.cached else ""
-    return (
-        f"Summary of {s.doc.id} ({s.doc.title}), {what}: {s.summary.tokens} tokens by "
-        f"{method}{cached}. {s.note}.\n\n{s.summary.text}"
-    )
+def docs_listed(listed: list[Listed]) -> CallToolResult:
+    """doc_list."""
+    data = {
+        "documents": [
+            {**doc_data(x.doc), "source_state": x.state.state, "session_cursors": x.cursors}
+            for x in listed
+        ]
+    }
+    return result(dt.render_docs(listed), data)
 
 
-def _when(stamp: float) -> str:
-    """A local date and time, to the minute."""
-    return local_time(stamp)
+def forgotten(doc: DocInfo) -> CallToolResult:
+    """doc_forget."""
+    return result(dt.render_forget(doc), {"doc_id": doc.id, "forgotten": True})
+
+
+def guided(text: str, service: Service) -> CallToolResult:
+    """context_guide: the workflow, and this instance's settings."""
+    s = service.settings
+    data = {
+        "data_dir": str(s.data_dir),
+        "budget": s.budget,
+        "ingest_roots": [str(r) for r in s.ingest_roots],
+        "token_counts": service.counter.source,
+        "token_ratio": service.counter.ratio,
+        "summarizer": service.summarizer.describe(),
+        "tools": s.tools,
+    }
+    return result(text, data)

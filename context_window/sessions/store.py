@@ -31,10 +31,8 @@ from context_window.storage import (
     write_json_atomic,
 )
 from context_window.textindex import QueryLimits
+from context_window.titles import check_title
 from context_window.tokens import TokenCounter
-
-MAX_TITLE_CHARS = 200
-
 
 log = logging.getLogger("context_window")
 
@@ -77,8 +75,7 @@ class SessionStore:
 
     def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
         """Resume a session, or create it; returns (session, created)."""
-        if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
-            raise InvalidInput(f"title must be at most {MAX_TITLE_CHARS} printable characters")
+        check_title(title)
         sid = check_id(session_id, "session_id") if session_id else new_id("s")
         directory = self.root / sid
         meta_path = directory / "meta.json"

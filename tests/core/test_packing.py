@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_window.packing import fit_lines, leading, pack
+from context_window.packing import fit_data, fit_lines, leading, pack
 from context_window.tokens import TokenCounter
 
 
@@ -134,3 +135,26 @@ def test_fit_lines_keeps_the_whole_answer_within_the_budget(budget: int) -> None
     else:
         assert shown[-1] == f"… {300 - (len(shown) - 1):,} more lines"
         assert shown[:-1] == lines[: len(shown) - 1]
+
+
+JSON_COUNT = TokenCounter(0.25).count
+
+
+@pytest.mark.parametrize("budget", [64, 100, 300, 1000])
+def test_structured_content_is_fitted_to_the_budget(budget: int) -> None:
+    data = {
+        "session_id": "s",
+        "entries": [{"id": f"e{i}", "text": "word " * 40 + str(i)} for i in range(60)],
+        "omitted": 0,
+    }
+    out = fit_data(data, budget, JSON_COUNT)
+    size = JSON_COUNT(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+    assert size <= budget
+    assert out["cut"] is True
+    kept = out["entries"]
+    assert 1 <= len(kept) < 60 and kept[0]["id"] == "e0"  # best first: the front is kept
+
+
+def test_data_within_the_budget_is_left_alone() -> None:
+    data = {"hits": [{"id": "a", "text": "short"}], "query": "q"}
+    assert fit_data(data, 1000, JSON_COUNT) is data

@@ -1,5 +1,4 @@
-"""The edge's adapters: error mapping with the model's advice, the audit line, and
-structured content fitted to the budget."""
+"""The edge's adapters: error mapping with the model's advice, and the audit line."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult
 
 from context_window.errors import OPEN_SESSION, NotFound
-from context_window.server.adapters import fit_data, guarded, result
+from context_window.server.adapters import guarded
 from context_window.tokens import TokenCounter
 
 COUNT = TokenCounter(0.25).count
@@ -50,24 +49,3 @@ async def test_an_unexpected_error_is_reported_generically_and_logged(
     assert "internal error (KeyError)" in str(err.value)
     assert "secret" not in str(err.value)
     assert any("secret internals" in (r.exc_text or "") for r in caplog.records)
-
-
-@pytest.mark.parametrize("budget", [64, 100, 300, 1000])
-def test_structured_content_is_fitted_to_the_budget(budget: int) -> None:
-    data = {
-        "session_id": "s",
-        "entries": [{"id": f"e{i}", "text": "word " * 40 + str(i)} for i in range(60)],
-        "omitted": 0,
-    }
-    out = result("text", data, budget, COUNT).structured_content
-    assert out is not None
-    size = COUNT(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
-    assert size <= budget
-    assert out["cut"] is True
-    kept = out["entries"]
-    assert 1 <= len(kept) < 60 and kept[0]["id"] == "e0"  # best first: the front is kept
-
-
-def test_data_within_the_budget_is_left_alone() -> None:
-    data = {"hits": [{"id": "a", "text": "short"}], "query": "q"}
-    assert fit_data(data, 1000, COUNT) is data

@@ -1,4 +1,4 @@
-"""Running an ingest in a worker thread while reporting its progress to the client."""
+"""Running an ingest in a worker thread while reporting its progress from the event loop."""
 
 from __future__ import annotations
 

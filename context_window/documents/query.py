@@ -1,0 +1,100 @@
+"""Finding text in documents: the best chunks for a query's terms across documents, and
+the best passages of those chunks within a budget (the line-level answer of ``search``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from context_window.documents.index import score_all
+from context_window.documents.search import (
+    Answer,
+    Group,
+    Scorer,
+    answer,
+    best_matches,
+    candidate_passages,
+    idf_of,
+    prefilter,
+    smooth,
+)
+from context_window.documents.tables import DocInfo, Tables
+from context_window.models import Hit
+from context_window.textindex import Analyzer
+from context_window.tokens import TokenCounter
+
+CANDIDATE_CHUNKS = 8  # chunks read to find the best passages (at least the hit limit)
+PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
+
+
+def best_chunks(
+    docs: list[DocInfo], tables: list[Tables], terms: list[str], limit: int
+) -> list[Hit]:
+    """The ``limit`` best chunks of ``docs`` for analysed ``terms``, best first (ties by
+    document, then chunk index), scored as one index over all of them."""
+    scores = score_all([t.index for t in tables], terms)
+    found: list[tuple[float, int, int]] = []
+    for k, (arr, matched) in enumerate(scores):
+        candidates = np.flatnonzero(matched)
+        if len(candidates) > limit:  # every chunk tied with the limit-th, then by index
+            values = arr[candidates]
+            kth = np.partition(values, len(values) - limit)[len(values) - limit]
+            keep = candidates[values >= kth]
+            candidates = keep[np.lexsort((keep, -arr[keep]))[:limit]]
+        found.extend((float(arr[i]), k, int(i)) for i in candidates)
+    found.sort(key=lambda x: (-x[0], x[1], x[2]))
+    hits = []
+    for score, k, i in found[:limit]:
+        chunk = tables[k].read(i, i)[0]
+        hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
+    return hits
+
+
+def best_passages(
+    hits: list[Hit],
+    tables: dict[str, Tables],
+    terms: list[str],
+    analyzer: Analyzer,
+    counter: TokenCounter,
+    limit: int,
+    budget: int,
+    reserve: int,
+) -> Answer:
+    """The best passages of ``hits`` within ``budget`` less ``reserve``, with the first
+    occurrence of each best line's kind of match found through the index."""
+    n_chunks = sum(t.index.n_chunks for t in tables.values())
+    idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
+    scorer = Scorer(terms, idf, analyzer.expand)
+    keys = prefilter(terms)
+    share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
+    seen: set[tuple[str, int]] = set()
+    count = counter.count
+    groups = candidate_passages(hits, share, count, scorer, seen, keys)
+    smooth(groups)
+    # Where does each of the best lines' kind of match first occur? Read the earliest
+    # chunks holding all its matched terms (a bounded number) until a line holds them.
+    have = {(h.doc_id, h.chunk.index) for h in hits}
+    ranked = [(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
+    probes: list[Group] = []
+    reads = 0
+    for (doc, matched), _ in best_matches(ranked).items():
+        first = min(p.first for *_, p in ranked if p.doc == doc and set(p.terms) >= matched)
+        index, title = tables[doc].index, next(h.title for h in hits if h.doc_id == doc)
+        for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
+            if (doc, i) in have or reads >= PROBES:
+                break
+            have.add((doc, i))
+            reads += 1
+            hit = Hit(doc, title, tables[doc].read(i, i)[0], 0.0)
+            group = candidate_passages([hit], share, count, scorer, seen, keys)[0]
+            if any(set(p.terms) >= matched for p in group.passages):
+                probes.append(group)
+                break
+    return answer(
+        groups,
+        counter,
+        limit=limit,
+        budget=budget,
+        reserve=reserve,
+        share=share,
+        probes=probes,
+    )

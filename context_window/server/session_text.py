@@ -1,0 +1,254 @@
+"""How the session tools read: the compact text the model sees for each answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from context_window.localtime import local_time
+from context_window.models import Entry, Recall, SessionInfo, SessionStats
+from context_window.packing import header_reserve
+from context_window.service import Changed, Opened
+from context_window.sessions.compaction import Compaction
+
+PREVIEW_CHARS = 160
+FACTS_IN_REPORT = 30
+RESTORED_SHOWN = 20
+
+
+def bar(used: int, budget: int, width: int = 20) -> str:
+    """A text gauge like ``[#####---------------] 1200/4000 tokens (30%)``."""
+    share = used / budget if budget else 0.0
+    filled = min(width, round(share * width))
+    return f"[{'#' * filled}{'-' * (width - filled)}] {used}/{budget} tokens ({share:.0%})"
+
+
+def preview(entry: Entry, chars: int = PREVIEW_CHARS) -> str:
+    """One line naming an entry: id, role, tags, flags and the start of its text."""
+    text = " ".join(entry.text.split())
+    if len(text) > chars:
+        text = text[: chars - 1] + "…"
+    return f"{_head(entry)}: {text}"
+
+
+def _head(entry: Entry) -> str:
+    states = (("pinned", entry.pinned), ("expired", entry.expired), ("deleted", entry.deleted))
+    flags = [f for f, on in states if on]
+    if entry.superseded:
+        flags.append(
+            f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
+        )
+    tags = "".join(f" #{t}" for t in entry.tags)
+    stamp = local_time(entry.created_at)
+    extra = f" ({', '.join(flags)})" if flags else ""
+    return f"[{entry.id}] {stamp} {entry.role}{tags}{extra}"
+
+
+def advice(stats: SessionStats, budget: int) -> str:
+    """What the model should do about the session's size, if anything."""
+    if stats.live_tokens > budget:
+        return "Over budget: call context_compact now, then context_recall what you need."
+    if stats.live_tokens > 0.75 * budget:
+        return "Nearing the budget: call context_compact soon."
+    return ""
+
+
+def render_open(o: Opened) -> str:
+    """context_open's text: counts, gauge, pinned entries and the latest entries."""
+    verb = "Created" if o.created else "Resumed"
+    stats, budget = o.stats, o.budget
+    lines = [
+        f"{verb} session '{o.session.id}' ({o.session.title}): {stats.live} live of "
+        f"{stats.total} entries, {stats.pinned} pinned",
+        bar(stats.live_tokens, budget),
+    ]
+    if o.pinned:
+        lines.append("Pinned:")
+        lines.extend("  " + preview(e) for e in o.pinned)
+    if o.recent:
+        lines.append("Latest:")
+        lines.extend("  " + preview(e) for e in o.recent)
+    tip = advice(stats, budget)
+    lines.append(tip or "Next: context_append notes as you work; context_recall with a query.")
+    return "\n".join(lines)
+
+
+def recall_label(entry: Entry) -> str:
+    """The short line above each recalled entry: id, time, and role, tags and flags if any."""
+    role = "" if entry.role == "note" else f" {entry.role}"
+    tags = "".join(f" #{t}" for t in entry.tags)
+    flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
+    if entry.superseded:
+        flags.append(
+            f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
+        )
+    extra = f" ({', '.join(flags)})" if flags else ""
+    when = local_time(entry.created_at, year=False)
+    return f"[{entry.id} {when}{role}{tags}{extra}]"
+
+
+NOTHING_MATCHED = "Nothing matched: try other words, or no query for the latest."
+
+
+def recall_header(
+    shown: int,
+    candidates: int,
+    used: int,
+    budget: int,
+    omitted: int,
+    beyond: int,
+    searchable: bool,
+    terse: bool = False,
+) -> str:
+    """context_recall's first line(s): counts and tokens, and what was left out."""
+    if terse:  # a budget too small for the full header
+        return f"{shown}/{candidates} · {used}/{budget}"
+    header = f"{shown} of {candidates} entries, best first · {used}/{budget} tokens"
+    if omitted:
+        header += f" · {omitted} did not fit"
+    if beyond:
+        header += f" · {beyond} past limit"
+    if not searchable:
+        header += "\nNo searchable words in the query: newest first."
+    return header
+
+
+def recall_reserve(total: int, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+    """Tokens kept for the header and any closing note (their widest form), and whether terse."""
+    big = int("9" * len(str(max(total, 1))))
+    used = int("9" * len(str(budget)))
+    return header_reserve(
+        lambda terse: recall_header(big, big, used, budget, big, big, False, terse), budget, count
+    )
+
+
+class RecallText:
+    """context_recall's layout (see ``service.RecallLayout``)."""
+
+    def label(self, entry: Entry) -> str:
+        """The line above a recalled entry."""
+        return recall_label(entry)
+
+    def reserve(self, total: int, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+        """The header's widest size."""
+        return recall_reserve(total, budget, count)
+
+
+RECALL = RecallText()
+
+
+def render_recall(rec: Recall, terse: bool = False, used: int | None = None) -> str:
+    """context_recall's text: a header with counts and tokens, then entries best first.
+
+    ``used`` is the answer's own size for the header (default: what was packed).
+    """
+    p = rec.packed
+    header = recall_header(
+        len(rec.entries),
+        rec.candidates,
+        p.used_tokens if used is None else used,
+        p.budget,
+        p.omitted,
+        rec.beyond_limit,
+        rec.searchable,
+        terse,
+    )
+    if not rec.entries:
+        return header if terse else f"{header}\n{NOTHING_MATCHED}"
+    body = [f"{rec.labels.get(e.id) or recall_label(e)}\n{e.text}" for e in rec.entries]
+    return "\n\n".join([header, *body])
+
+
+def render_compaction(c: Compaction) -> str:
+    """context_compact's text: what was folded, how, and the tokens freed."""
+    n = len(c.plan.entries)
+    keep = f"kept the {c.plan.kept_recent} most recent and {c.plan.pinned_kept} pinned"
+    if c.dry_run and n >= 2:
+        return f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; {keep}."
+    if c.summary is None or c.entry is None:
+        return (
+            f"Nothing to compact: {n} foldable entries ({keep}). "
+            "Lower keep_recent or append more first."
+        )
+    method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
+    lines = [
+        f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.id} "
+        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.",
+        bar(c.stats.live_tokens if c.stats else 0, c.budget),
+    ]
+    lost = len(c.kept_facts) + c.facts_not_kept
+    if lost:
+        shown = "; ".join(c.kept_facts[:FACTS_IN_REPORT])
+        rest = len(c.kept_facts) - FACTS_IN_REPORT
+        shown += f"; … {rest} more" if rest > 0 else ""
+        line = f"The summary text lost {lost} facts of the originals"
+        if c.kept_facts:
+            line += f"; appended {len(c.kept_facts)} to it: {shown}"
+        if c.facts_not_kept:
+            line += f"; {c.facts_not_kept} more did not fit target_tokens (see the originals)"
+        lines.append(line)
+    lines.append(
+        f"Originals are kept: context_recall(include_superseded=true) shows them; "
+        f"context_uncompact(compaction_id={c.entry.id!r}) restores them."
+    )
+    return "\n".join(lines)
+
+
+def render_append(c: Changed) -> str:
+    """context_append's text: the new entry's id and size, the gauge, and any advice."""
+    entry = c.entries[0]
+    tip = advice(c.stats, c.budget)
+    text = f"Saved {entry.id} ({entry.tokens} tokens). {bar(c.stats.live_tokens, c.budget)}"
+    return text + (f"\n{tip}" if tip else "")
+
+
+def render_uncompact(c: Changed, compaction_id: str) -> str:
+    """context_uncompact's text: what is live again, and how to redo the compaction."""
+    lines = [
+        f"Undid compaction {compaction_id}: {len(c.entries)} entries are live again; "
+        "the summary is retired (context_update on it with delete=false redoes the "
+        "compaction).",
+        bar(c.stats.live_tokens, c.budget),
+    ]
+    lines.extend("  " + preview(e) for e in c.entries[:RESTORED_SHOWN])
+    if len(c.entries) > RESTORED_SHOWN:
+        lines.append(f"  … {len(c.entries) - RESTORED_SHOWN} more: context_recall shows them")
+    tip = advice(c.stats, c.budget)
+    if tip:
+        lines.append(tip)
+    return "\n".join(lines)
+
+
+def render_status(c: Changed, token_counts: str, summarizer: str) -> str:
+    """context_status's text: counts, gauge, how tokens are counted, repairs, advice."""
+    s = c.stats
+    lines = [
+        f"Session '{c.session.id}' ({c.session.title}): {s.live} live, "
+        f"{s.superseded} superseded, {s.expired} expired, {s.deleted} deleted, "
+        f"{s.pinned} pinned",
+        bar(s.live_tokens, c.budget),
+        f"Token counts: {token_counts}",
+        f"Summaries: {summarizer}",
+    ]
+    lines.extend(f"Repaired: {r}" for r in s.repairs)
+    if s.skipped_lines or s.orphan_patches:
+        lines.append(
+            f"Storage: skipped {s.skipped_lines} unreadable lines, "
+            f"{s.orphan_patches} patches for unknown entries"
+        )
+    lines.append(advice(s, c.budget) or "Within budget.")
+    return "\n".join(lines)
+
+
+def render_update(entry: Entry) -> str:
+    """context_update's text: the entry's new state."""
+    state = "deleted" if entry.deleted else ("pinned" if entry.pinned else "unpinned")
+    return f"Entry {entry.id} is now {state}.\n{preview(entry)}"
+
+
+def render_sessions(infos: list[SessionInfo]) -> str:
+    """context_list_sessions' text: a line per session, newest first."""
+    if not infos:
+        return "No sessions yet. Call context_open to start one."
+    lines = [f"{len(infos)} sessions (newest first):"]
+    lines.extend(f"  {i.id}: {i.title} (updated {local_time(i.updated_at)})" for i in infos)
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""What a compaction folds and what it keeps: the summarizer's input, the facts the
+summary lost (kept beside it, as many as fit), and the outcome's record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from context_window.facts import lost_facts
+from context_window.models import CompactionPlan, Entry, SessionStats, Summary
+from context_window.packing import leading
+from context_window.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What a compaction did (or, on a dry run, would do)."""
+
+    session_id: str
+    plan: CompactionPlan
+    summary: Summary | None
+    entry: Entry | None
+    dry_run: bool
+    kept_facts: tuple[str, ...] = ()
+    facts_not_kept: int = 0
+    stats: SessionStats | None = None  # the session's after the compaction
+    budget: int = 0
+
+    @property
+    def tokens_freed(self) -> int:
+        """Live tokens removed from the session, net of the summary."""
+        if self.summary is None:
+            return 0
+        return max(0, self.plan.tokens - self.summary.tokens)
+
+
+def summary_input(plan: CompactionPlan) -> str:
+    """The entries to fold as the summarizer sees them: role and tags before each text."""
+    return "\n\n".join(_render(e) for e in plan.entries)
+
+
+def keep_facts(
+    summary: Summary, plan: CompactionPlan, target_tokens: int, counter: TokenCounter
+) -> tuple[Summary, list[str], int]:
+    """``summary`` with the facts of the originals it lost appended (as many as fit
+    ``target_tokens``), the facts appended, and how many more did not fit."""
+    originals = "\n".join(e.text for e in plan.entries)
+    lost = lost_facts(originals, summary.text)
+    kept = lost[: leading((counter.count(f) + 1 for f in lost), target_tokens)]
+    if not lost:
+        return summary, [], 0
+    more = len(lost) - len(kept)
+    extra = f" (+{more} more in the originals)" if more else ""
+    listed = "; ".join(kept) if kept else "none fitted"
+    text = f"{summary.text}\nKept facts: {listed}{extra}"
+    return replace(summary, text=text, tokens=counter.count(text)), kept, more
+
+
+def _render(entry: Entry) -> str:
+    tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
+    return f"{entry.role}{tags}: {entry.text}"

@@ -1,0 +1,32 @@
+"""Titles of sessions and documents: the one rule for a title given, and the one way a
+title is made from a file name or a first line."""
+
+from __future__ import annotations
+
+from context_window.errors import InvalidInput
+
+MAX_TITLE_CHARS = 200
+
+
+def check_title(title: str | None) -> str | None:
+    """``title`` if it is at most ``MAX_TITLE_CHARS`` printable characters (or None)."""
+    if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
+        raise InvalidInput(f"title must be at most {MAX_TITLE_CHARS} printable characters")
+    return title
+
+
+def clean_title(text: str) -> str:
+    """A title made from a file name or a first line: printable, one line, at most
+    ``MAX_TITLE_CHARS`` (a BOM, control characters and other unprintables dropped)."""
+    kept = "".join(c if c.isprintable() else " " for c in text.replace("\ufeff", ""))
+    title = " ".join(kept.split())
+    return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"
+
+
+def first_line(text: str) -> str:
+    """A title from the first non-blank line (a heading's marks dropped), shortened."""
+    for line in text[:4000].splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line[:80]
+    return ""
