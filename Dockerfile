@@ -39,4 +39,7 @@ WORKDIR /home/ctx
 VOLUME /data
 # Used only with --http; stdio needs no port.
 EXPOSE 3001
+# With --http, GET /health on the server's port (read from process 1's flags and the
+# CTX_* variables); a stdio server has nothing to probe and always passes.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 CMD ["context-window", "health"]
 ENTRYPOINT ["context-window"]

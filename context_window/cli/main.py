@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from context_window import errors
@@ -336,8 +337,56 @@ def commands(server: ServerEdge | None = None) -> tuple[Command, ...]:
             "schemas' token cost",
             functools.partial(_doctor, server=server),
         ),
+        Command(
+            "health",
+            "exit 0 if the server answers GET /health (HTTP mode; the image's HEALTHCHECK); "
+            "a stdio server has nothing to probe",
+            _health,
+        ),
         *DATA_COMMANDS,
     )
+
+
+HEALTH_SECONDS = 3.0
+
+
+def served_settings(own: Settings, pid1: Path = Path("/proc/1/cmdline")) -> Settings:
+    """The settings of the server this check is about: when process 1 (as in a container)
+    is ``context-window``, its flags over the environment; else ``own``."""
+    try:
+        argv = [a.decode() for a in pid1.read_bytes().split(b"\0") if a]
+    except OSError:
+        return own
+    at = next((i for i, a in enumerate(argv) if Path(a).name == "context-window"), None)
+    if at is None:
+        return own
+    try:
+        return load_settings(settings_flags(build_parser().parse_args(argv[at + 1 :])))
+    except (SystemExit, ConfigError):
+        return own
+
+
+def _health(settings: Settings, _ns: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
+    served = served_settings(settings)
+    if served.transport != "http":
+        _say("stdio server: nothing to probe (healthy while it runs)")
+        return 0
+    host = "127.0.0.1" if served.host in ("0.0.0.0", "::", "") else served.host
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{served.port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_SECONDS) as reply:
+            _say(f"{url}: {reply.status}")
+            return 0 if reply.status == 200 else 1
+    except (OSError, urllib.error.URLError) as exc:
+        sys.stderr.write(f"context-window: unhealthy: {url}: {exc}\n")
+        return 1
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
 
 
 def _doctor(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | None) -> int:

@@ -253,7 +253,11 @@ def build_server(service: Service) -> MCPServer:
     if tools in ("all", "docs"):
         register_document_tools(app, service)
 
-    @app.tool(annotations=READ_ONLY, description="How to use these tools. Read once at the start.")
+    @app.tool(
+        title="Guide",
+        annotations=READ_ONLY,
+        description="How to use these tools. Read once at the start.",
+    )
     @guarded("context_guide", service.settings.audit)
     async def context_guide() -> CallToolResult:
         return views.guided(guide_text(service), service)

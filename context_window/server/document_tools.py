@@ -12,7 +12,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from context_window.server import views
-from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded
+from context_window.server.adapters import DESTROYS, READ_ONLY, REPLACES, WRITES, guarded
 from context_window.server.document_text import OUTLINE, SEARCH, WINDOW
 from context_window.service import Service
 
@@ -45,7 +45,8 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     count = service.counter.count
 
     @app.tool(
-        annotations=WRITES,
+        title="Ingest document",
+        annotations=REPLACES,
         description="Ingest a large text or a file (under an ingest root) once, to search and "
         "page through it. Give exactly one of text or file_path.",
     )
@@ -64,6 +65,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         )
 
     @app.tool(
+        title="Outline document",
         annotations=READ_ONLY,
         description="A document's structure: heading trail and tokens per chunk. "
         "summarize=true adds a cached one-line summary per chunk.",
@@ -77,6 +79,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         return views.outlined(await service.outline(doc_id, summarize, max_chunks, OUTLINE), count)
 
     @app.tool(
+        title="Search documents",
         annotations=READ_ONLY,
         description="Find the lines that best match a query, with line numbers, best first, "
         "within a budget. Omit doc_id to search every document.",
@@ -93,6 +96,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         )
 
     @app.tool(
+        title="Read document",
         annotations=WRITES,
         description="Read a document in order within a budget. Without from, continues at the "
         "cursor, which advances past what was returned.",
@@ -118,6 +122,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         return views.paged(paged, count)
 
     @app.tool(
+        title="Summarize document",
         annotations=WRITES,
         description="Summarize a range of chunks or the whole document (the whole-document "
         "summary is cached; refresh=true recomputes).",
@@ -133,12 +138,17 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     ) -> CallToolResult:
         return views.summarized(await service.summarize(doc_id, from_, to, target_tokens, refresh))
 
-    @app.tool(annotations=READ_ONLY, description="List ingested documents, newest first.")
+    @app.tool(
+        title="List documents",
+        annotations=READ_ONLY,
+        description="List ingested documents, newest first.",
+    )
     @guarded("doc_list", audit)
     async def doc_list() -> CallToolResult:
         return views.docs_listed(await service.list_documents())
 
     @app.tool(
+        title="Forget document",
         annotations=DESTROYS,
         description="Delete a document and everything derived from it (chunks, index, summaries).",
     )

@@ -24,6 +24,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     count = service.counter.count
 
     @app.tool(
+        title="Open session",
         annotations=WRITES,
         description="Create or resume a working-memory session. Call first; keep the id.",
     )
@@ -35,6 +36,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         return views.opened(await service.open_session(session_id, title))
 
     @app.tool(
+        title="Append entry",
         annotations=WRITES,
         description="Save a note, decision or dead end. Pin what must never be lost.",
     )
@@ -52,6 +54,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         )
 
     @app.tool(
+        title="Recall entries",
         annotations=READ_ONLY,
         description="Get the session entries relevant to a query (or the latest), within a budget.",
     )
@@ -70,6 +73,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         return views.recalled(recalled, count)
 
     @app.tool(
+        title="Compact session",
         annotations=WRITES,
         description="Fold older unpinned entries into one summary when the session is over budget.",
     )
@@ -84,7 +88,11 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
             await service.compact(session_id, keep_recent, target_tokens, dry_run)
         )
 
-    @app.tool(annotations=WRITES, description="Undo a compaction: its originals become live again.")
+    @app.tool(
+        title="Undo compaction",
+        annotations=WRITES,
+        description="Undo a compaction: its originals become live again.",
+    )
     @guarded("context_uncompact", audit)
     async def context_uncompact(
         session_id: SessionId,
@@ -93,7 +101,11 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         changed = await service.uncompact(session_id, compaction_id)
         return views.uncompacted(changed, compaction_id)
 
-    @app.tool(annotations=READ_ONLY, description="Session size, budget, token counting and advice.")
+    @app.tool(
+        title="Session status",
+        annotations=READ_ONLY,
+        description="Session size, budget, token counting and advice.",
+    )
     @guarded("context_status", audit)
     async def context_status(session_id: SessionId) -> CallToolResult:
         return views.status(
@@ -105,6 +117,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         )
 
     @app.tool(
+        title="Update entry",
         annotations=DESTROYS,
         description="Pin/unpin an entry, or delete it (delete=false restores it).",
     )
@@ -117,7 +130,9 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     ) -> CallToolResult:
         return views.updated(await service.update(session_id, entry_id, pinned, delete))
 
-    @app.tool(annotations=READ_ONLY, description="List sessions, newest first.")
+    @app.tool(
+        title="List sessions", annotations=READ_ONLY, description="List sessions, newest first."
+    )
     @guarded("context_list_sessions", audit)
     async def context_list_sessions() -> CallToolResult:
         return views.sessions_listed(await service.list_sessions())

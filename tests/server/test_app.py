@@ -78,3 +78,34 @@ async def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(
     assert err.value.code == INVALID_PARAMS
     assert "unknown tool 'doc_search'" in err.value.message
     assert "context_recall" in err.value.message and "doc_" not in err.value.message.split(":")[-1]
+
+
+@pytest.mark.anyio
+async def test_every_tool_has_a_title_and_true_annotations(settings: SettingsFactory) -> None:
+    async with Client(build_server(Service(settings()))) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+    assert len(tools) == 16
+    titles = {name: t.title for name, t in tools.items()}
+    assert all(titles.values()) and len(set(titles.values())) == 16, titles
+    for name, tool in tools.items():
+        hints = tool.annotations
+        assert hints is not None and hints.open_world_hint is False, name  # said, not implied
+        writes = not hints.read_only_hint
+        assert hints.read_only_hint is (name in READ_ONLY_TOOLS), name
+        if writes:
+            assert hints.destructive_hint is (name in DESTRUCTIVE_TOOLS), name
+    assert tools["doc_ingest"].annotations.idempotent_hint is True  # type: ignore[union-attr]
+
+
+READ_ONLY_TOOLS = {
+    "context_recall",
+    "context_status",
+    "context_list_sessions",
+    "context_guide",
+    "doc_outline",
+    "doc_search",
+    "doc_list",
+}
+# Removing or replacing what is stored: context_update deletes, doc_forget deletes,
+# doc_ingest with an existing doc_id replaces that document.
+DESTRUCTIVE_TOOLS = {"context_update", "doc_forget", "doc_ingest"}

@@ -1,0 +1,56 @@
+"""`context-window health`: the image's HEALTHCHECK, run against real servers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from helpers import free_port, http_server, server_command
+
+from context_window.cli.main import served_settings
+from context_window.config import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def health(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    return subprocess.run(
+        server_command("health", *args), capture_output=True, text=True, timeout=30, env=env
+    )
+
+
+def test_a_running_http_server_is_healthy_and_a_missing_one_is_not(tmp_path: Path) -> None:
+    with http_server(tmp_path) as running:
+        port = running.base.rsplit(":", 1)[1]
+        done = health("--http", "--port", port)
+        assert done.returncode == 0, done.stderr
+        assert f"127.0.0.1:{port}/health: 200" in done.stdout
+    gone = health("--http", "--port", str(free_port()))
+    assert gone.returncode == 1
+    assert "unhealthy" in gone.stderr and "/health" in gone.stderr
+
+
+def test_a_stdio_server_has_nothing_to_probe() -> None:
+    done = health()
+    assert done.returncode == 0 and "nothing to probe" in done.stdout
+
+
+def test_the_served_flags_are_read_from_process_1(tmp_path: Path) -> None:
+    """In a container the server is process 1: its flags say where to probe."""
+    own = load_settings({"data_dir": tmp_path}, environ={})
+    cmdline = tmp_path / "cmdline"
+    argv = ["/opt/context-window/bin/python", "/opt/context-window/bin/context-window"]
+    cmdline.write_bytes(b"\0".join(a.encode() for a in [*argv, "--http", "--port", "4123"]) + b"\0")
+    served = served_settings(own, cmdline)
+    assert served.transport == "http" and served.port == 4123
+    cmdline.write_bytes(b"/sbin/init\0splash\0")  # not a server: our own settings
+    assert served_settings(own, cmdline) is own
+    assert served_settings(own, tmp_path / "no-such-file") is own
+
+
+def test_the_image_checks_its_health_with_this_command() -> None:
+    lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    check = [line for line in lines if line.startswith("HEALTHCHECK")]
+    assert len(check) == 1 and check[0].endswith('CMD ["context-window", "health"]')
