@@ -22,6 +22,10 @@ RUN python -m venv /opt/context-window \
     && /opt/context-window/bin/pip install --no-cache-dir --disable-pip-version-check .
 
 FROM python:3.11-slim
+# The MCP registry matches the image to server.json by this label.
+LABEL io.modelcontextprotocol.server.name="io.github.context-window/context-window" \
+      org.opencontainers.image.source="https://github.com/context-window/context-window" \
+      org.opencontainers.image.licenses="MIT"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -8,6 +8,9 @@ uses :func:`lost_facts` to find those and keeps them beside the summary.
 from __future__ import annotations
 
 import re
+import sys
+
+import regex
 
 _URL = r"\b(?:https?|ftp|file)://[^\s<>\"'`]+"
 # Runs are bounded where a match may be retried from many starts in one long word (the
@@ -32,7 +35,8 @@ _IDENT = (
     r"|(?:\b(?=\w*\d)(?=\w*[A-Za-z])\w{3,}\b)"  # letters and digits: e1a2b3, HTTP404, v2
 )
 _NUMBER = r"(?<![\w.])[-+]?\d+(?:[.,:]\d+)*%?(?![\w])"
-_FACT = re.compile(
+# Possessive runs ({1,255}+) need Python 3.11's re; on 3.10, regex (1.8x slower here).
+_FACT = (re if sys.version_info >= (3, 11) else regex).compile(
     f"(?P<url>{_URL})|(?P<email>{_EMAIL})|(?P<path>{_PATH})"
     f"|(?P<ident>{_IDENT})|(?P<number>{_NUMBER})"
 )

@@ -169,8 +169,10 @@ def main() -> int:
     try:
         anyio.run(run, tmp / "data", docs)
     except Exception as exc:
-        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]  # anyio wraps what a task raised; show the cause
+        inner: list[Exception] = list(getattr(exc, "exceptions", ()))
+        while len(inner) == 1:  # anyio wraps what a task raised in a group: show the cause
+            exc = inner[0]
+            inner = list(getattr(exc, "exceptions", ()))
         print(f"FAILED: {type(exc).__name__}: {exc}")
         return 1
     finally:

@@ -263,5 +263,6 @@ class _Growing:
 
     def array(self) -> npt.NDArray[Any]:
         """The rows so far (a 1-D array when the width is 1)."""
-        out = self._data[: self._n]
-        return out[:, 0].copy() if out.shape[1] == 1 else out.copy()
+        out: npt.NDArray[Any] = self._data[: self._n]
+        rows: npt.NDArray[Any] = out[:, 0].copy() if out.shape[1] == 1 else out.copy()
+        return rows

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The oldest and the newest supported Python: a fresh venv each, the package with its
+# dev extras, and the tests (tests/reliability, which exercises the OS rather than the
+# language, runs once, under `make check`).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+find_python() {
+  command -v "python$1" 2>/dev/null && return
+  ls -d /root/.pyenv/versions/"$1".*/bin/python 2>/dev/null | tail -1 | grep . && return
+  echo "ci: python$1 not found; install it (e.g. pyenv install $1)" >&2
+  return 1
+}
+for version in 3.10 3.13; do
+  python="$(find_python "$version")"
+  venv="$(mktemp -d)/venv"
+  echo "== Python $version ($python)"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
+  (cd "$root" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/reliability)
+done
