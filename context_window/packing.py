@@ -149,9 +149,11 @@ def _json(value: Any) -> str:
 
 def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> dict[str, Any]:
     """``data`` whose JSON is within ``budget`` tokens: trailing list items dropped, long
-    strings cut (with an ellipsis), largest first; then, if the keys alone are over, the
-    last keys. ``"cut": true`` marks a fitted answer. Lists are best first or in reading
-    order, so what is dropped is what matters least or comes last."""
+    strings cut (with an ellipsis), largest first; then, if still over, whole lists
+    emptied and strings cut to an ellipsis, from the last key. Keys are never dropped
+    (they are the tool's output schema), so a budget below the keys alone is exceeded.
+    ``"cut": true`` marks a fitted answer. Lists are best first or in reading order, so
+    what is dropped is what matters least or comes last."""
     if count(_json(data)) <= budget:
         return data
     out: dict[str, Any] = {"cut": True, **data}
@@ -181,8 +183,14 @@ def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> 
             parent[key] = node[: max(0, len(node) - max(2, math.ceil(len(node) * share)))] + "…"
         else:
             break
-    while len(out) > 1 and count(_json(out)) > budget:
-        out.popitem()
+    for key in reversed(list(out)):
+        if count(_json(out)) <= budget:
+            break
+        value = out[key]
+        if isinstance(value, list | dict) and value:
+            out[key] = type(value)()
+        elif isinstance(value, str) and len(value) > 1:
+            out[key] = "…"
     return out
 
 

@@ -25,13 +25,13 @@ log = logging.getLogger("context_window")
 # The tool annotations, one set for every tool: no tool reaches outside the data dir
 # and the ingest roots, so none is open-world.
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+# readOnlyHint is false unless given (the protocol's default), so the writing tools
+# leave it out: every schema token is paid in every request.
+WRITES = ToolAnnotations(destructive_hint=False, open_world_hint=False)
+DESTROYS = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 # doc_ingest with an existing doc_id replaces that document (destructive), and ingesting
 # the same text twice returns the first copy (idempotent).
-REPLACES = ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-)
+REPLACES = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 # What the model can do about an error (see ``errors.REMEDIES``): the tool to call.
 ADVICE = {

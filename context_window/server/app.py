@@ -1,8 +1,9 @@
 """build_server(service) -> MCPServer: registers the tools; they live in *_tools.py.
 
 Every schema token is paid by the model in every request, so tools/list goes out
-slimmed: pydantic's generated ``title`` keys are dropped and an optional ``T | None``
-parameter is published as plain ``T`` (omitting it means None). Arguments are still
+slimmed: pydantic's generated ``title`` keys are dropped, an optional ``T | None``
+parameter is published as plain ``T`` (omitting it means None), and a boolean that
+defaults to false has no default (omitting it means false). Arguments are still
 validated against the full signature.
 """
 
@@ -53,7 +54,8 @@ def instructions(tools: str) -> str:
 
 
 def slim_schema(node: Any) -> Any:
-    """A JSON schema without generated titles, with ``anyOf [T, null]`` (default null) as T."""
+    """A JSON schema without generated titles, with ``anyOf [T, null]`` (default null) as T,
+    and without ``"default": false`` on booleans (a flag left out is off)."""
     if isinstance(node, list):
         return [slim_schema(x) for x in node]
     if not isinstance(node, dict):
@@ -67,6 +69,8 @@ def slim_schema(node: Any) -> Any:
         if "default" in out and out["default"] is None:
             del out["default"]
         out = {**other, **out}
+    if out.get("type") == "boolean" and out.get("default") is False:
+        del out["default"]
     return out
 
 
@@ -107,9 +111,18 @@ class SlimServer(MCPServer):
         await serve_stdio(low.run, low.create_initialization_options())
 
     async def list_tools(self) -> list[Tool]:
-        """The registered tools, with :func:`slim_schema` applied to each input schema."""
+        """The registered tools, with :func:`slim_schema` applied to each input schema and
+        each tool's output schema (``views.output_schema``)."""
         tools = await super().list_tools()
-        return [t.model_copy(update={"input_schema": slim_schema(t.input_schema)}) for t in tools]
+        return [
+            t.model_copy(
+                update={
+                    "input_schema": slim_schema(t.input_schema),
+                    "output_schema": views.output_schema(t.name),
+                }
+            )
+            for t in tools
+        ]
 
 
 TOOL_SETS = ("all", "sessions", "docs")

@@ -18,8 +18,8 @@ from context_window.service import Service
 
 P = ParamSpec("P")
 
-DocId = Annotated[str, Field(description="Document id from doc_ingest or doc_list")]
-Budget = Annotated[int | None, Field(ge=64, le=1_000_000, description="Tokens (default: --budget)")]
+DocId = Annotated[str, Field(description="From doc_ingest or doc_list")]
+Budget = Annotated[int | None, Field(ge=64, le=1_000_000, description="Default: --budget")]
 
 
 def from_keyword(
@@ -47,8 +47,8 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Ingest document",
         annotations=REPLACES,
-        description="Ingest a large text or a file (under an ingest root) once, to search and "
-        "page through it. Give exactly one of text or file_path.",
+        description="Ingest a large text, or a file under an ingest root, once to search and "
+        "page. Give text or file_path.",
     )
     @guarded("doc_ingest", audit)
     async def doc_ingest(
@@ -67,8 +67,8 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Outline document",
         annotations=READ_ONLY,
-        description="A document's structure: heading trail and tokens per chunk. "
-        "summarize=true adds a cached one-line summary per chunk.",
+        description="A document's headings and tokens per chunk; summarize=true adds a cached "
+        "one-line summary of each.",
     )
     @guarded("doc_outline", audit)
     async def doc_outline(
@@ -81,13 +81,13 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Search documents",
         annotations=READ_ONLY,
-        description="Find the lines that best match a query, with line numbers, best first, "
-        "within a budget. Omit doc_id to search every document.",
+        description="The lines best matching a query, numbered, best first, within a budget. "
+        "Omit doc_id to search all documents.",
     )
     @guarded("doc_search", audit)
     async def doc_search(
         query: str,
-        doc_id: Annotated[str | None, Field(description="Omit to search all documents")] = None,
+        doc_id: str | None = None,
         limit: Annotated[int, Field(ge=1, le=100, description="Most chunks to show")] = 10,
         budget_tokens: Budget = None,
     ) -> CallToolResult:
@@ -98,8 +98,8 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Read document",
         annotations=WRITES,
-        description="Read a document in order within a budget. Without from, continues at the "
-        "cursor, which advances past what was returned.",
+        description="Read a document in order within a budget. Without from, goes on from the "
+        "cursor, which advances.",
     )
     @guarded("doc_window", audit)
     @from_keyword
@@ -110,10 +110,10 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         budget_tokens: Budget = None,
         reset: Annotated[bool, Field(description="Start again at chunk 0")] = False,
         session_id: Annotated[
-            str | None, Field(description="context_open id: page with your own cursor")
+            str | None, Field(description="Your context_open id: own cursor")
         ] = None,
         line: Annotated[
-            int | None, Field(ge=1, description="Open at this source line (from doc_search)")
+            int | None, Field(ge=1, description="A source line (from doc_search)")
         ] = None,
     ) -> CallToolResult:
         paged = await service.window(
@@ -124,8 +124,8 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Summarize document",
         annotations=WRITES,
-        description="Summarize a range of chunks or the whole document (the whole-document "
-        "summary is cached; refresh=true recomputes).",
+        description="Summarize chunks from-to or the whole document (cached; refresh=true "
+        "recomputes).",
     )
     @guarded("doc_summarize", audit)
     @from_keyword
@@ -150,7 +150,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Forget document",
         annotations=DESTROYS,
-        description="Delete a document and everything derived from it (chunks, index, summaries).",
+        description="Delete a document with its chunks, index and summaries.",
     )
     @guarded("doc_forget", audit)
     async def doc_forget(doc_id: DocId) -> CallToolResult:

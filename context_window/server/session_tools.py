@@ -15,7 +15,7 @@ from context_window.server.session_text import RECALL
 from context_window.service import Service
 
 TTL = "Expire after N days unless pinned"
-SessionId = Annotated[str, Field(description="Session id from context_open")]
+SessionId = Annotated[str, Field(description="From context_open")]
 
 
 def register_session_tools(app: MCPServer, service: Service) -> None:
@@ -56,7 +56,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Recall entries",
         annotations=READ_ONLY,
-        description="Get the session entries relevant to a query (or the latest), within a budget.",
+        description="The entries relevant to a query (or the latest), within a budget.",
     )
     @guarded("context_recall", audit)
     async def context_recall(
@@ -75,7 +75,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Compact session",
         annotations=WRITES,
-        description="Fold older unpinned entries into one summary when the session is over budget.",
+        description="Fold older unpinned entries into one summary when over budget.",
     )
     @guarded("context_compact", audit)
     async def context_compact(

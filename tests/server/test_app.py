@@ -91,7 +91,7 @@ async def test_every_tool_has_a_title_and_true_annotations(settings: SettingsFac
         hints = tool.annotations
         assert hints is not None and hints.open_world_hint is False, name  # said, not implied
         writes = not hints.read_only_hint
-        assert hints.read_only_hint is (name in READ_ONLY_TOOLS), name
+        assert bool(hints.read_only_hint) is (name in READ_ONLY_TOOLS), name  # default false
         if writes:
             assert hints.destructive_hint is (name in DESTRUCTIVE_TOOLS), name
     assert tools["doc_ingest"].annotations.idempotent_hint is True  # type: ignore[union-attr]

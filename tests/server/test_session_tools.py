@@ -69,7 +69,7 @@ async def test_every_session_tool_is_registered_with_the_right_annotations(
         tool = tools[name]
         assert tool.description
         assert tool.annotations is not None
-        assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+        assert bool(tool.annotations.read_only_hint) is (name in READ_ONLY), name
     assert tools["context_update"].annotations.destructive_hint is True  # type: ignore[union-attr]
     for name in SESSION_TOOLS - READ_ONLY - {"context_update"}:
         assert tools[name].annotations.destructive_hint is False  # type: ignore[union-attr]
