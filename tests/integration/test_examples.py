@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
+import mcp
 import pytest
 from helpers import http_client, http_server
 
@@ -18,7 +22,16 @@ from context_window.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-CONFIGS = sorted(EXAMPLES.glob("*.json"))
+CONFIGS = [*sorted(EXAMPLES.glob("*.json")), EXAMPLES / ".vscode" / "mcp.json"]
+
+
+def entry(path: Path) -> dict[str, Any]:
+    """The context-window entry of a host config (VS Code says "servers", others
+    "mcpServers")."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    [(name, server)] = (config.get("mcpServers") or config["servers"]).items()
+    assert name == "context-window"
+    return dict(server)
 
 
 def registered_tools(tmp_path: Path) -> set[str]:
@@ -28,15 +41,19 @@ def registered_tools(tmp_path: Path) -> set[str]:
 
 
 def test_there_are_host_configs() -> None:
-    names = {p.name for p in CONFIGS}
-    assert {"lmstudio-mcp.json", "claude_desktop_config.json"} <= names
+    names = {str(p.relative_to(EXAMPLES)) for p in CONFIGS}
+    assert {
+        "lmstudio-mcp.json",
+        "claude_desktop_config.json",
+        ".vscode/mcp.json",
+        "cursor-mcp.json",
+        "docker-mcp.json",
+    } <= names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_config_parses_and_starts_context_window(path: Path) -> None:
-    config = json.loads(path.read_text(encoding="utf-8"))
-    [(name, server)] = config["mcpServers"].items()
-    assert name == "context-window"
+def test_config_parses_and_names_context_window(path: Path) -> None:
+    server = entry(path)
     if "url" in server:  # Streamable HTTP: a running server's /mcp endpoint
         assert server["url"].startswith("http://127.0.0.1:3001/mcp")
         assert server["headers"]["Authorization"].startswith("Bearer ")
@@ -45,9 +62,57 @@ def test_config_parses_and_starts_context_window(path: Path) -> None:
     assert "context-window" in launched or "context_window" in launched
     assert all(isinstance(a, str) for a in server.get("args", []))
     assert all(isinstance(v, str) for v in server.get("env", {}).values())
+    if server["command"] == "docker":
+        return  # its arguments are docker's (see test_config_starts_the_server)
     for path_like in [server["command"], *server.get("args", [])]:
         if "/" in path_like or "\\" in path_like:  # paths must be absolute: the cwd is unknown
-            assert path_like.startswith("/") or re.match(r"^[A-Za-z]:\\", path_like), path_like
+            absolute = path_like.startswith(("/", "${workspaceFolder}/"))  # VS Code fills it in
+            assert absolute or re.match(r"^[A-Za-z]:\\", path_like), path_like
+
+
+def runnable(server: dict[str, Any], tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """The command line a config names, made to run here: its own paths moved under
+    ``tmp``, ``${workspaceFolder}`` filled in, and a docker entry run as the image's
+    entry point (with the image's data dir) since no container engine is assumed."""
+    command, args = server["command"], list(server.get("args", []))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    env.update(server.get("env", {}))
+    if command == "docker":
+        assert args[:2] == ["run", "-i"] and "--rm" in args and "-t" not in args
+        image = args.index("context-window")
+        volumes = [args[i + 1] for i, a in enumerate(args[:image]) if a == "-v"]
+        assert any(v.endswith(":/data") for v in volumes), volumes  # the image's CTX_DATA_DIR
+        command, args = "context-window", args[image + 1 :]
+        env["CTX_DATA_DIR"] = str(tmp / "volume")
+    assert Path(command).name == "context-window", command
+    local = Path(sys.executable).with_name("context-window")
+
+    def here(arg: str) -> str:
+        arg = arg.replace("${workspaceFolder}", str(tmp / "workspace"))
+        return str(tmp / "root" / arg.lstrip("/")) if arg.startswith("/") else arg
+
+    args = [here(a) for a in args]
+    for flag, value in itertools.pairwise(args):
+        if flag == "--ingest-root":
+            Path(value).mkdir(parents=True, exist_ok=True)
+    env["CTX_LLM_ENABLED"] = "0"  # no model here: nothing to calibrate against
+    return [str(local), *args], env
+
+
+STARTABLE = [p for p in CONFIGS if "command" in entry(p) and "\\" not in entry(p)["command"]]
+
+
+@pytest.mark.parametrize("path", STARTABLE, ids=lambda p: p.name)
+def test_config_starts_the_server_and_lists_the_tools(path: Path, tmp_path: Path) -> None:
+    command, env = runnable(entry(path), tmp_path)
+    params = mcp.StdioServerParameters(command=command[0], args=command[1:], env=env)
+
+    async def listed() -> set[str]:
+        with anyio.fail_after(60):
+            async with mcp.Client(params) as client:
+                return {t.name for t in (await client.list_tools()).tools}
+
+    assert anyio.run(listed) == registered_tools(tmp_path / "truth")
 
 
 def test_windows_config_uses_escaped_backslashes() -> None:
@@ -61,7 +126,7 @@ def test_config_flags_are_real_flags(tmp_path: Path) -> None:
     from context_window.cli.main import build_parser
 
     for path in CONFIGS:
-        server = json.loads(path.read_text(encoding="utf-8"))["mcpServers"]["context-window"]
+        server = entry(path)
         args = server.get("args", [])
         if server.get("command", "").endswith(("context-window", "context-window.exe")):
             build_parser().parse_args(args)  # exits (fails the test) on an unknown flag
