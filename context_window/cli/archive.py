@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from context_window.chunking import recorded_chunk_settings
 from context_window.cli.archive_format import (
@@ -32,7 +32,7 @@ from context_window.cli.archive_format import (
     session_markdown,
 )
 from context_window.cli.catalog import Catalog, read_journal
-from context_window.documents.build import encode_text, sha256_of
+from context_window.documents.build import Progress, encode_text, no_progress, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore
 from context_window.documents.tables import chunk_record
@@ -46,6 +46,8 @@ from context_window.storage import (
 )
 from context_window.titles import clean_title
 from context_window.tokens import TokenCounter
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,24 @@ class ChunkSettings:
     max_bytes: int = 256 * 1024 * 1024
 
 
+def counted(items: Iterable[T], total: int, progress: Progress, what: str) -> Iterator[T]:
+    """``items`` as they are, reporting ``progress`` as the share of ``total`` taken."""
+    step = max(1, total // 200)
+    for i, item in enumerate(items):
+        if i % step == 0:
+            progress(i / max(1, total), f"{i:,} of {total:,} {what}")
+        yield item
+    progress(1.0, f"{total:,} {what}")
+
+
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}, not {fmt!r:.20}")
 
 
-def export_session(catalog: Catalog, session_id: str, fmt: str, out: TextIO) -> Exported:
+def export_session(
+    catalog: Catalog, session_id: str, fmt: str, out: TextIO, progress: Progress = no_progress
+) -> Exported:
     """Write a session's meta and journal records (verbatim, in file order) to ``out``."""
     _check_format(fmt)
     session = catalog.session(session_id)
@@ -94,11 +108,12 @@ def export_session(catalog: Catalog, session_id: str, fmt: str, out: TextIO) -> 
     # A time that is not a time reads as unknown on replay: the export leaves it out, so
     # that the file imports back (an import refuses such times).
     kept = [r for r in (_known_times(r) for r in records) if not invalid_record(r, seen)]
+    written = counted(kept, len(kept), progress, "records")
     if fmt == "jsonl":
-        out.writelines(session_jsonl(session.meta, kept))
+        out.writelines(session_jsonl(session.meta, written))
     else:
         states = {e.id: e for e in catalog.entries(session, everything=True)}
-        out.writelines(session_markdown(session.meta, kept, states))
+        out.writelines(session_markdown(session.meta, written, states))
     return Exported("session", session.id, len(kept), unreadable + len(records) - len(kept))
 
 
@@ -109,7 +124,9 @@ def _known_times(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in bad} if bad else record
 
 
-def export_document(catalog: Catalog, doc_id: str, fmt: str, out: TextIO) -> Exported:
+def export_document(
+    catalog: Catalog, doc_id: str, fmt: str, out: TextIO, progress: Progress = no_progress
+) -> Exported:
     """Write a document's meta and its chunks (jsonl) or its original text (md) to ``out``."""
     _check_format(fmt)
     doc = catalog.document(doc_id)
@@ -121,7 +138,7 @@ def export_document(catalog: Catalog, doc_id: str, fmt: str, out: TextIO) -> Exp
         out.writelines(document_markdown(meta, text))
     else:
         chunks = (chunk_record(c) for c in store.stored_chunks(doc, text))
-        out.writelines(document_jsonl(meta, text, chunks))
+        out.writelines(document_jsonl(meta, text, counted(chunks, doc.chunks, progress, "chunks")))
     return Exported("document", doc.id, doc.chunks, 0)
 
 
@@ -146,6 +163,7 @@ def import_file(
     doc_id: str | None = None,
     replace: bool = False,
     chunking: ChunkSettings = ChunkSettings(),
+    progress: Progress = no_progress,
 ) -> Imported:
     """Import a session or document export under its own id (or the one given)."""
     if session_id is not None and doc_id is not None:
@@ -156,15 +174,17 @@ def import_file(
         raise NotFound(f"no such file: {path}") from None
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
+    progress(0.0, f"reading {path.name}")
     archive = parse(decode_utf8(data, str(path)), str(path))
     del data
     if isinstance(archive, SessionArchive):
         if doc_id is not None:
             raise InvalidInput(f"{path} holds a session: give a new session id, not a doc id")
+        progress(0.5, "writing the session")
         return _import_session(archive, data_dir, session_id, replace)
     if session_id is not None:
         raise InvalidInput(f"{path} holds a document: give a new doc id, not a session id")
-    return _import_document(archive, data_dir, doc_id, replace, chunking)
+    return _import_document(archive, data_dir, doc_id, replace, chunking, progress)
 
 
 def _import_session(
@@ -208,6 +228,7 @@ def _import_document(
     new_id: str | None,
     replace: bool,
     chunking: ChunkSettings,
+    progress: Progress = no_progress,
 ) -> Imported:
     meta = archive.meta
     did = check_id(new_id or str(meta["id"]), "document id")
@@ -242,7 +263,7 @@ def _import_document(
     title = meta.get("title")  # an older release stored titles as they came: clean it
     title = clean_title(title) if isinstance(title, str) else None
     done = store.ingest(  # the export's chunk settings, even over a document chunked otherwise
-        text=archive.text, title=title or None, doc_id=did, rechunk=True
+        text=archive.text, title=title or None, doc_id=did, progress=progress, rechunk=True
     )
     keep = {k: meta[k] for k in ("source",) if isinstance(meta.get(k), str)}
     if isinstance(meta.get("summary"), dict):  # the cached summary of this very text

@@ -155,11 +155,15 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 def _export(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli.archive import export_document, export_session, write_export
+    from context_window.cli.progress import Meter
 
     catalog = _catalog(settings)
     export = export_session if ns.kind == "session" else export_document
     target = Path(ns.output) if ns.output else None
-    done = write_export(target, sys.stdout, lambda out: export(catalog, ns.id, ns.format, out))
+    with Meter(f"export {ns.kind} {ns.id}") as meter:
+        done = write_export(
+            target, sys.stdout, lambda out: export(catalog, ns.id, ns.format, out, meter)
+        )
     if done.skipped:
         sys.stderr.write(
             f"context-window: skipped {done.skipped} unreadable or invalid journal line(s) "
@@ -183,6 +187,7 @@ def _import_arguments(p: argparse.ArgumentParser) -> None:
 
 def _import(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli.archive import ChunkSettings, import_file
+    from context_window.cli.progress import Meter
 
     chunking = ChunkSettings(
         settings.chunk_tokens,
@@ -190,14 +195,16 @@ def _import(settings: Settings, ns: argparse.Namespace) -> int:
         settings.token_ratio,
         settings.max_file_mb * 1024 * 1024,
     )
-    done = import_file(
-        Path(ns.file),
-        settings.data_dir,
-        session_id=ns.session_id,
-        doc_id=ns.doc_id,
-        replace=ns.replace,
-        chunking=chunking,
-    )
+    with Meter(f"import {Path(ns.file).name}") as meter:
+        done = import_file(
+            Path(ns.file),
+            settings.data_dir,
+            session_id=ns.session_id,
+            doc_id=ns.doc_id,
+            replace=ns.replace,
+            chunking=chunking,
+            progress=meter,
+        )
     what = "entries" if done.kind == "session" else "chunks"
     verb = "replaced" if done.replaced else "imported"
     _out(f"{verb} {done.kind} {done.id} ({done.records} {what}): {done.title}")
@@ -214,6 +221,7 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
 
 def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     """Ingest a file a person names: its own folder is the ingest root for this call."""
+    from context_window.cli.progress import Meter
     from context_window.service import Service
     from context_window.wording import plural
 
@@ -221,7 +229,10 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     if not path.is_file():
         raise ConfigError(f"{ns.file} is not a file")
     service = Service(settings.with_changes(ingest_roots=(path.parent,), llm_enabled=False))
-    done = service.documents.ingest(file_path=str(path), title=ns.title, doc_id=ns.doc_id)
+    with Meter(f"ingest {path.name}") as meter:
+        done = service.documents.ingest(
+            file_path=str(path), title=ns.title, doc_id=ns.doc_id, progress=meter
+        )
     doc = done.doc
     verb = "replaced" if done.replaced else ("kept" if done.reused else "ingested")
     _out(
