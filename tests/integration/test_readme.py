@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,3 +82,71 @@ def test_readme_shows_every_command() -> None:
     text = README.read_text(encoding="utf-8")
     missing = [c for c in commands if f"context-window {c}" not in text]
     assert not missing, f"README.md has no example of: {', '.join(missing)}"
+
+
+def test_readme_shows_the_log_lines_a_server_writes(tmp_path: Path) -> None:
+    """A real stdio server's stderr, line for line, against "What it logs"."""
+    section = README.read_text(encoding="utf-8").split("### What it logs", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    script = (
+        "import anyio, mcp, sys\n"
+        "async def main():\n"
+        "    p = mcp.StdioServerParameters(command=sys.executable, args=['-m', "
+        "'context_window', '--no-llm', '--data-dir', sys.argv[1]])\n"
+        "    async with mcp.Client(p) as c:\n"
+        "        await c.call_tool('context_open', {'session_id': 's'})\n"
+        "        await anyio.sleep(0.5)\n"
+        "anyio.run(main)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 3, lines  # the start line, calibration, one audit line
+    shown = regex.findall(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ (.*)$", section)
+    assert len(shown) == 3, shown
+    for real, documented in zip(lines, shown, strict=True):
+        level_logger, message = real.split(" ", 2)[2].split(": ", 1)
+        assert documented.startswith(level_logger + ": "), (real, documented)
+        # the same words, up to the parts that differ between runs (paths, times)
+        stable = regex.sub(r"/\S+|\d+(\.\d+)?", "#", message)
+        assert stable == regex.sub(r"/\S+|\d+(\.\d+)?", "#", documented.split(": ", 1)[1])
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    text = regex.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_readme_links_point_at_what_is_there() -> None:
+    """Every in-page anchor names a heading; every relative link names a file here."""
+    text = README.read_text(encoding="utf-8")
+    headings = {slug(h) for h in regex.findall(r"(?m)^#{1,6} (.+)$", text)}
+    links = regex.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        if link.startswith("#"):
+            assert link[1:] in headings, link
+        elif not regex.match(r"[a-z]+://", link):
+            assert (README.parent / link.split("#")[0]).exists(), link
+
+
+def test_readme_paths_in_code_are_in_the_repository() -> None:
+    """Repository paths the README names in backticks (examples/…, tests/…, .ci/…) exist."""
+    text = README.read_text(encoding="utf-8")
+    named = set(
+        regex.findall(r"`((?:examples|tests|benchmarks|\.ci|context_window)/[\w./-]+)`", text)
+    )
+    assert named
+    written = ("benchmarks/results/",)  # where benchmark runs write (ignored by git)
+    missing = sorted(
+        p for p in named if not p.startswith(written) and not (README.parent / p).exists()
+    )
+    assert not missing, missing
