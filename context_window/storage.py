@@ -589,3 +589,13 @@ def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[
                     p.with_name(p.name + _OWNER).unlink()
                 removed.append(p.name)
     return removed
+
+
+def write_access(directory: Path) -> str | None:
+    """Why ``directory`` cannot be written to, or None when it can (asked without writing)."""
+    if os.access(directory, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    return "permission denied"

@@ -13,7 +13,6 @@ so beside a live server it never mistakes a line being written for a torn one.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from context_window.storage import (
     read_json,
     replaced_name,
     work_is_live,
+    write_access,
 )
 from context_window.wording import plural
 
@@ -85,23 +85,32 @@ class Report:
         return "\n".join(lines)
 
 
+CHOOSE_ANOTHER = "--data-dir or CTX_DATA_DIR chooses another"
+
+
+def unwritable(data_dir: Path, reason: str) -> str:
+    """The one line about a data dir that cannot be written: path, reason, remedy."""
+    return (
+        f"the data dir {data_dir} is not writable ({reason}): reads work, every write will "
+        f"fail ({CHOOSE_ANOTHER})"
+    )
+
+
 def audit(data_dir: Path) -> Report:
     """Audit ``data_dir`` read-only and return what was found."""
     report = Report(data_dir)
     if not data_dir.exists():  # a fresh install: nothing to audit yet
         report.notes.append(
             f"the data dir {data_dir} does not exist yet; the server creates it on its first "
-            "start (--data-dir or CTX_DATA_DIR chooses another)"
+            f"start ({CHOOSE_ANOTHER})"
         )
         return report
     if not data_dir.is_dir():
         report.add(str(data_dir), "the data dir is not a directory")
         return report
-    if not os.access(data_dir, os.W_OK | os.X_OK):  # a read-only mount may be meant
-        report.notes.append(
-            f"the data dir {data_dir} is not writable: reads work, every write will fail "
-            "(--data-dir or CTX_DATA_DIR chooses another)"
-        )
+    reason = write_access(data_dir)
+    if reason is not None:  # a read-only mount may be meant
+        report.notes.append(unwritable(data_dir, reason))
     _audit_calibration(report, data_dir / "calibration.json")
     _leftover_temps(report, data_dir)
     sessions = data_dir / "sessions"

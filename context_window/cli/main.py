@@ -302,7 +302,8 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
         return 2
     except OSError as exc:
         sys.stderr.write(
-            f"context-window: error: cannot create data dir {settings.data_dir}: {exc.strerror}\n"
+            f"context-window: error: cannot create data dir {settings.data_dir}: "
+            f"{exc.strerror} (--data-dir or CTX_DATA_DIR chooses another)\n"
         )
         return 2
     try:
@@ -433,8 +434,14 @@ async def _calibrate_async(settings: Settings) -> int:
 def _serve(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | None) -> int:
     if server is None:
         raise ConfigError("this entry point cannot serve: run context-window (context_window.main)")
+    from context_window.cli.doctor import unwritable
+    from context_window.storage import write_access
+
     setup_logging()
     log.info("%s", startup_line(settings))
+    reason = write_access(settings.data_dir)
+    if reason is not None:
+        log.warning("%s", unwritable(settings.data_dir, reason))
     with contextlib.suppress(KeyboardInterrupt):
         server.serve(settings)
     return 0

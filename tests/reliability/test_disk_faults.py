@@ -171,3 +171,39 @@ def test_an_import_onto_a_full_disk_leaves_no_session(tmp_path: Path) -> None:
         assert done.returncode == 1, (done.stdout, done.stderr)
         assert "disk is full" in done.stderr and "Traceback" not in done.stderr
         assert list((data / "sessions").iterdir()) == []
+
+
+def test_an_unwritable_data_dir_is_one_clear_line_at_start_and_in_doctor(tmp_path: Path) -> None:
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    _seed(src)
+    with mounted(ro, "--bind", str(src), then=("-o", "remount,bind,ro")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+        served = subprocess.run(  # stdin at EOF: the server starts, says its piece, stops
+            [sys.executable, "-m", "context_window", "--no-llm", "--data-dir", str(ro)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert served.returncode == 0, served.stderr
+        warnings = [line for line in served.stderr.splitlines() if " WARNING " in line]
+        assert len(warnings) == 1, served.stderr
+        assert str(ro) in warnings[0] and "read-only file system" in warnings[0]
+        assert "--data-dir or CTX_DATA_DIR" in warnings[0]
+        doctor = _cli(ro, "doctor")
+        assert doctor.returncode == 0, doctor.stdout
+        assert "is not writable (a read-only file system)" in doctor.stdout
+        below = _cli(ro / "sub", "sessions")  # read-only commands never create it
+        assert below.returncode == 2 and "does not exist" in below.stderr
+        create = subprocess.run(
+            [sys.executable, "-m", "context_window", "--data-dir", str(ro / "new"), "calibrate"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert create.returncode == 2
+        (line,) = create.stderr.splitlines()
+        assert f"cannot create data dir {ro / 'new'}: Read-only file system" in line
+        assert "--data-dir or CTX_DATA_DIR chooses another" in line
