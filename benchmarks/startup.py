@@ -1,4 +1,5 @@
-"""Server start: process spawn to the first tools/list answer over stdio, raw JSON-RPC."""
+"""Server start: process spawn to the first tools/list answer over stdio, raw JSON-RPC,
+beside a one-tool MCPServer on the same SDK, started the same way in the same run."""
 
 from __future__ import annotations
 
@@ -49,10 +50,24 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_start(data_dir: Path) -> tuple[float, float, int, float]:
-    """Seconds to initialize's and to tools/list's answers, tools listed, server CPU seconds."""
+# The least an MCP server on this SDK can be: one tool, stdio.
+ONE_TOOL = """
+from mcp.server.mcpserver import MCPServer
+app = MCPServer("one-tool")
+@app.tool()
+def echo(text: str) -> str:
+    return text
+app.run("stdio")
+"""
+
+
+def one_start(data_dir: Path, baseline: bool = False) -> tuple[float, float, int, float]:
+    """Seconds to initialize's and to tools/list's answers, tools listed, server CPU seconds
+    (``baseline``: of the one-tool MCPServer instead)."""
     cpu0 = _children_cpu()
     cmd = [sys.executable, "-m", "context_window", "--no-llm", "--data-dir", str(data_dir)]
+    if baseline:
+        cmd = [sys.executable, "-c", ONE_TOOL]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -78,11 +93,17 @@ def one_start(data_dir: Path) -> tuple[float, float, int, float]:
 
 
 def bench_startup(runs: int) -> dict[str, Any]:
-    """Median of ``runs`` cold starts (after one untimed start that warms the OS file cache)."""
+    """Median of ``runs`` cold starts (after one untimed start that warms the OS file cache),
+    each followed by a start of the one-tool baseline, so both see the same machine."""
     with tempfile.TemporaryDirectory(prefix="cw-bench-start-") as tmp:
         one_start(Path(tmp) / "warm")
-        samples = [one_start(Path(tmp) / f"run{i}") for i in range(runs)]
+        one_start(Path(tmp) / "warm", baseline=True)
+        samples, baseline = [], []
+        for i in range(runs):
+            samples.append(one_start(Path(tmp) / f"run{i}"))
+            baseline.append(one_start(Path(tmp) / f"run{i}", baseline=True))
     lists = [s[1] for s in samples]
+    base = statistics.median(b[1] for b in baseline)
     return {
         "runs": runs,
         "tools": samples[-1][2],
@@ -91,4 +112,6 @@ def bench_startup(runs: int) -> dict[str, Any]:
         "max_s": round(max(lists), 3),
         "initialize_median_s": round(statistics.median(s[0] for s in samples), 3),
         "server_cpu_median_s": round(statistics.median(s[3] for s in samples), 3),
+        "one_tool_median_s": round(base, 3),
+        "over_one_tool": round(statistics.median(lists) / base, 2),
     }
