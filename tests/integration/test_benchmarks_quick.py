@@ -41,6 +41,7 @@ METRICS = {
     "documents.peak_rss_mb",
     "documents.restart.peak_rss_mb",
     "server.start_to_tools_list_s",
+    "server.over_one_tool_server",
     "engines.rebuild.p50_ms",
     "engines.fts5.first_query_ms",
     "engines.fts5.p50_ms",
