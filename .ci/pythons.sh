@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The oldest and the newest supported Python: a fresh venv each, the package with its
-# dev extras, and the tests (tests/reliability, which exercises the OS rather than the
-# language, runs once, under `make check`).
+# dev extras, and the tests. Run once, under `make check`, and not here: tests/reliability
+# (it exercises the OS rather than the language), the image build (the image has its own
+# Python) and the quick benchmark (CI runs it on its own).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 find_python() {
@@ -17,5 +18,6 @@ for version in 3.10 3.13; do
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
-  (cd "$root" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/reliability)
+  (cd "$root" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/reliability \
+     --ignore=tests/integration/test_benchmarks_quick.py -k "not builds_offline")
 done

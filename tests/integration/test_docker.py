@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import mcp
 import pytest
@@ -185,3 +186,66 @@ def test_image_builds_and_answers_health() -> None:
         ["docker", "run", "--rm", tag, "--version"], capture_output=True, text=True, check=True
     )
     assert version.stdout.startswith("context-window ")
+
+
+BUILDAH = ["buildah", "--storage-driver", "vfs"]  # vfs: works inside a container too
+BASE = "docker.io/library/python:3.11-slim"
+
+
+def _local_base() -> str | None:
+    """Why the image cannot be built with buildah here, or None when it can."""
+    if not shutil.which("buildah"):
+        return "no buildah (bash .ci/image.sh installs it)"
+    found = subprocess.run([*BUILDAH, "images", "-q", BASE], capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        return f"no local {BASE} (bash .ci/image.sh makes one; builds never pull)"
+    return None
+
+
+@pytest.mark.skipif(_local_base() is not None, reason=str(_local_base()))
+def test_the_image_builds_offline_and_serves_mcp_over_stdio() -> None:
+    """buildah (no daemon, no BuildKit) builds the Dockerfile as written, never pulling:
+    the package index is its only network. The image runs as uid 10001, declares its
+    HEALTHCHECK and registry label, and its entry point answers an MCP client."""
+    tag = "localhost/context-window:test"
+    build = [*BUILDAH, "bud", "--format", "docker", "--isolation", "chroot", "--pull=never"]
+    built = subprocess.run(
+        [*build, "-t", tag, str(ROOT)], capture_output=True, text=True, timeout=900
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    inspected = subprocess.run(
+        [*BUILDAH, "inspect", "--type", "image", tag], capture_output=True, text=True, check=True
+    )
+    config = json.loads(inspected.stdout)["Docker"]["config"]
+    assert config["User"] == "10001:10001" and config["Entrypoint"] == ["context-window"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "context-window", "health"]
+    assert config["Labels"]["io.modelcontextprotocol.server.name"].startswith("io.github.")
+    container = subprocess.run(
+        [*BUILDAH, "from", tag], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        run = [*BUILDAH, "run", "--isolation", "chroot", container, "--"]
+        params = mcp.StdioServerParameters(
+            command=run[0], args=[*run[1:], "context-window", "--no-llm"]
+        )
+
+        async def session() -> tuple[int, bool]:
+            with anyio.fail_after(120):
+                async with mcp.Client(params) as client:
+                    tools = (await client.list_tools()).tools
+                    opened = await client.call_tool("context_open", {"session_id": "image"})
+                    return len(tools), opened.is_error
+
+        assert anyio.run(session) == (16, False)
+        health = subprocess.run([*run, "context-window", "health"], capture_output=True, text=True)
+        assert health.returncode == 0 and "nothing to probe" in health.stdout
+        sizes = subprocess.run(
+            [*run, "python", "-c", PACKAGES], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert "pip" not in sizes and "numpy" in sizes  # the venv holds what runs, no pip
+    finally:
+        subprocess.run([*BUILDAH, "rm", container], capture_output=True)
+        subprocess.run([*BUILDAH, "rmi", "--force", tag], capture_output=True)
+
+
+PACKAGES = "import importlib.metadata as m; print(*sorted(d.name for d in m.distributions()))"
