@@ -5,9 +5,17 @@
 # Python) and the quick benchmark (CI runs it on its own).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-find_python() {
-  command -v "python$1" 2>/dev/null && return
-  ls -d /root/.pyenv/versions/"$1".*/bin/python 2>/dev/null | tail -1 | grep . && return
+find_python() {  # a python$1 that runs (a pyenv shim may exist for a version not enabled)
+  local candidate
+  for candidate in "$(command -v "python$1" 2>/dev/null)" \
+      $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null | sort -V); do
+    if [ -n "$candidate" ] && "$candidate" -c \
+        "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$1'.split('.'))))" \
+        2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
   echo "ci: python$1 not found; install it (e.g. pyenv install $1)" >&2
   return 1
 }
