@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from helpers import server_command
 
 from context_window.cli.progress import DELAY, Meter
@@ -56,9 +57,10 @@ def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
 def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     line = "2026-12-03 10:00:00 INFO worker-7 processed batch 123456 in 42 ms from 10.0.0.1\n"
-    log.write_text(line * 250_000)  # ~20 MB: a few seconds of work
+    log.write_text(line * 400_000)  # ~33 MB: a few seconds of work here
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    started = time.monotonic()
     proc = subprocess.Popen(
         server_command("--data-dir", str(tmp_path / "data"), "ingest", str(log)),
         stdout=subprocess.PIPE,
@@ -77,6 +79,8 @@ def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=30)
     os.close(leader)
     assert proc.returncode == 0, seen.decode(errors="replace")
+    if time.monotonic() - started < DELAY + 1.0:  # start-up aside, within the quiet spell
+        pytest.skip("this machine ingested the file before any progress was due")
     assert b"\ringest big.log [" in seen and b"%" in seen
     assert seen.endswith(b"\n")  # the bar ends its line
     assert out.decode().startswith("ingested ")  # the result stays on stdout, apart
