@@ -269,9 +269,7 @@ class Service:
 
         def work() -> Opened:
             session, created = self.sessions.open(session_id, title)
-            live = session.entries()
-            pinned = [e for e in live if e.pinned]
-            recent = [e for e in live if not e.pinned][-RECENT:]
+            pinned, recent = session.pinned_and_latest(RECENT)
             return Opened(session, created, session.stats(), pinned, recent, self.settings.budget)
 
         return await self.run(session_key(session_id), work)

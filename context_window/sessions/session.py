@@ -196,6 +196,26 @@ class Session:
         ordered = positions[np.argsort(seqs, kind="stable")].tolist()
         return [self._entry(self._state.order[i], now) for i in ordered]
 
+    def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
+        """The live pinned entries, and the ``latest`` live unpinned ones, each in time
+        order (as :meth:`entries` orders them). Chosen on the arrays: only the entries
+        returned are built, so the cost is what is shown, not the session's size."""
+        self.refresh()
+        now = self.clock()
+        m = self._state.masks(now)
+        seqs = np.frombuffer(self._state.seqs, dtype=np.float64)
+
+        def in_order(mask: npt.NDArray[np.bool_], last: int | None = None) -> list[Entry]:
+            positions = np.flatnonzero(mask)
+            if last is not None and len(positions) > last:
+                # stable: among equal seqs the later position comes later, as in entries()
+                order = np.argsort(seqs[positions], kind="stable")
+                positions = positions[order[len(positions) - last :]]
+            positions = positions[np.argsort(seqs[positions], kind="stable")]
+            return [self._entry(self._state.order[i], now) for i in positions.tolist()]
+
+        return in_order(m.live & m.pinned), in_order(m.live & ~m.pinned, max(0, latest))
+
     def get(self, entry_id: str) -> Entry:
         """One entry by id, whatever its state."""
         self.refresh()

@@ -598,3 +598,37 @@ def test_a_replay_indexes_in_one_batch_exactly_as_appends_do(tmp_path: Path) -> 
         assert [e.id for e in a.entries] == [e.id for e in b.entries], q
         assert a.scores == b.scores, q
         assert a.candidates == b.candidates > 0, q
+
+
+def test_pinned_and_latest_are_what_the_whole_entry_list_would_give(tmp_path: Path) -> None:
+    """context_open's pinned and latest entries, chosen on arrays, equal those picked from
+    every live entry: through pins, deletions, expiry and a compaction."""
+    now = [1.8e9]
+    store = SessionStore(tmp_path / "data", TokenCounter(0.27), clock=lambda: now[0])
+    session = store.open("mixed")[0]
+    ids = [session.append(f"note {i} about item {i % 7}").id for i in range(60)]
+    for i in range(0, 60, 9):
+        session.update(ids[i], pinned=True)
+    for i in range(5, 60, 11):
+        session.update(ids[i], deleted=True)
+    short = [session.append(f"short-lived {i}", ttl_days=1).id for i in range(4)]
+    session.commit_summary(session.plan_compaction(20), "folded early notes", "extractive", [])
+    tail = [session.append(f"late note {i}").id for i in range(3)]
+
+    def picked(latest: int) -> tuple[list[str], list[str]]:
+        live = session.entries()
+        pinned = [e.id for e in live if e.pinned]
+        recent = [e.id for e in live if not e.pinned][-latest:] if latest else []
+        return pinned, recent
+
+    for latest in (0, 1, 5, 500):
+        pinned, recent = session.pinned_and_latest(latest)
+        assert ([e.id for e in pinned], [e.id for e in recent]) == picked(latest)
+    assert [e.id for e in session.pinned_and_latest(3)[1]] == tail
+    assert set(short) <= {e.id for e in session.pinned_and_latest(500)[1]}
+    now[0] += 2 * 86_400  # the short-lived entries expire
+    assert not set(short) & {e.id for e in session.pinned_and_latest(500)[1]}
+    assert (
+        [e.id for e in session.pinned_and_latest(5)[0]],
+        [e.id for e in session.pinned_and_latest(5)[1]],
+    ) == picked(5)
