@@ -211,6 +211,17 @@ class SessionGuard:
             )(scope, receive, send)
             return
         self.opening[client] = self.opening.get(client, 0) + 1
+        in_flight = True
+
+        def opened() -> None:
+            """This request no longer counts as opening (its session, if any, is in lru)."""
+            nonlocal in_flight
+            if in_flight:
+                in_flight = False
+                self.opening[client] -= 1
+                if not self.opening[client]:
+                    del self.opening[client]
+
         try:
             await self._make_room(client)
 
@@ -219,13 +230,14 @@ class SessionGuard:
                     for name, value in message.get("headers", []):
                         if name.lower() == b"mcp-session-id":
                             self.lru[value.decode("latin-1")] = client
+                    # Counted once: a client may send its next request as soon as it has
+                    # these headers, before this coroutine ends (seen under load).
+                    opened()
                 await send(message)
 
             await self.app(scope, receive, record)
         finally:
-            self.opening[client] -= 1
-            if not self.opening[client]:
-                del self.opening[client]
+            opened()
 
     async def _make_room(self, client: str) -> None:
         """Close sessions until ``client`` may open one more (see the class docstring)."""
