@@ -45,9 +45,9 @@ def keep_facts(
     ``target_tokens``), the facts appended, and how many more did not fit."""
     originals = "\n".join(e.text for e in plan.entries)
     lost = lost_facts(originals, summary.text)
-    kept = lost[: leading((counter.count(f) + 1 for f in lost), target_tokens)]
     if not lost:
         return summary, [], 0
+    kept = lost[: leading((counter.count(f) + 1 for f in lost), target_tokens)]
     more = len(lost) - len(kept)
     extra = f" (+{more} more in the originals)" if more else ""
     listed = "; ".join(kept) if kept else "none fitted"

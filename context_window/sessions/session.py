@@ -191,10 +191,7 @@ class Session:
             shown = np.ones(len(self._state.order), dtype=np.bool_)
         else:
             shown = m.live | (include_superseded & m.superseded & ~m.deleted & ~m.expired)
-        positions = np.flatnonzero(shown)
-        seqs = np.array(self._state.seqs, dtype=np.float64)[positions]
-        ordered = positions[np.argsort(seqs, kind="stable")].tolist()
-        return [self._entry(self._state.order[i], now) for i in ordered]
+        return self._in_time_order(shown, now)
 
     def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
         """The live pinned entries, and the ``latest`` live unpinned ones, each in time
@@ -203,18 +200,21 @@ class Session:
         self.refresh()
         now = self.clock()
         m = self._state.masks(now)
-        seqs = np.frombuffer(self._state.seqs, dtype=np.float64)
+        return (
+            self._in_time_order(m.live & m.pinned, now),
+            self._in_time_order(m.live & ~m.pinned, now, last=max(0, latest)),
+        )
 
-        def in_order(mask: npt.NDArray[np.bool_], last: int | None = None) -> list[Entry]:
-            positions = np.flatnonzero(mask)
-            if last is not None and len(positions) > last:
-                # stable: among equal seqs the later position comes later, as in entries()
-                order = np.argsort(seqs[positions], kind="stable")
-                positions = positions[order[len(positions) - last :]]
-            positions = positions[np.argsort(seqs[positions], kind="stable")]
-            return [self._entry(self._state.order[i], now) for i in positions.tolist()]
-
-        return in_order(m.live & m.pinned), in_order(m.live & ~m.pinned, max(0, latest))
+    def _in_time_order(
+        self, mask: npt.NDArray[np.bool_], now: float, last: int | None = None
+    ) -> list[Entry]:
+        """The entries at ``mask``'s positions in time order (only the ``last`` latest)."""
+        positions = np.flatnonzero(mask)
+        seqs = np.array(self._state.seqs, dtype=np.float64)[positions]
+        ordered = positions[np.argsort(seqs, kind="stable")]
+        if last is not None:
+            ordered = ordered[len(ordered) - min(last, len(ordered)) :]
+        return [self._entry(self._state.order[i], now) for i in ordered.tolist()]
 
     def get(self, entry_id: str) -> Entry:
         """One entry by id, whatever its state."""
