@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window.models import Chunk, Packed
+from context_window.models import Chunk, Count, Packed
 from context_window.tokens import TokenCounter
 
 
@@ -116,9 +116,7 @@ def fit_lines(
     return "\n".join(out)
 
 
-def header_reserve(
-    widest: Callable[[bool], str], budget: int, count: Callable[[str], int]
-) -> tuple[int, bool]:
+def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> tuple[int, bool]:
     """Tokens to keep for an answer's header, and whether the header must be terse.
 
     ``widest(terse)`` renders the header at its widest (the largest numbers it can
@@ -131,9 +129,7 @@ def header_reserve(
     return need, terse
 
 
-def settle(
-    render: Callable[[int], str], budget: int, count: Callable[[str], int]
-) -> tuple[str, int]:
+def settle(render: Callable[[int], str], budget: int, count: Count) -> tuple[str, int]:
     """An answer whose header states its own size: ``render(used)`` and ``used``.
 
     ``used`` is the estimate of the answer rendered with the widest figure (the
@@ -147,7 +143,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def fit_data(data: dict[str, Any], budget: int, count: Callable[[str], int]) -> dict[str, Any]:
+def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
     """``data`` whose JSON is within ``budget`` tokens: trailing list items dropped, long
     strings cut (with an ellipsis), largest first; then, if still over, whole lists
     emptied and strings cut to an ellipsis, from the last key. Keys are never dropped

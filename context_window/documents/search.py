@@ -24,7 +24,7 @@ from typing import Any
 
 import regex
 
-from context_window.models import Chunk, Hit
+from context_window.models import Chunk, Count, Hit
 from context_window.packing import pack
 from context_window.textindex import K1, NEIGHBOUR_WEIGHT, B
 from context_window.tokens import TokenCounter
@@ -36,8 +36,6 @@ LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
 _VARIABLE = re.compile(r"(?<![\w.:/@$+-])[\w.:/@$+-]*\d[\w.:/@$+-]*")
 _WORD = re.compile(r"[\w$]+")  # the index's raw words (the stdlib engine is faster here)
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)")
-
-Count = Callable[[str], int]
 
 
 @dataclass

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from context_window.documents.freshness import CHANGED, MISSING, SourceState
 from context_window.documents.reingest import describe
 from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Window
 from context_window.localtime import local_time
-from context_window.models import Chunk
+from context_window.models import Chunk, Count, Reserve
 from context_window.packing import header_reserve
 from context_window.service import Listed
 from context_window.wording import plural
@@ -68,7 +66,7 @@ def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool =
     return f"{head}\n{SEARCH_TIP}"
 
 
-def search_reserve(budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+def search_reserve(budget: int, count: Count) -> Reserve:
     """Tokens doc_search keeps for its header (at its widest), and whether it must be terse."""
     big = int("9" * len(str(budget)))
     return header_reserve(
@@ -108,9 +106,7 @@ def window_header(
     return head
 
 
-def window_reserve(
-    doc: DocInfo, session_id: str | None, budget: int, count: Callable[[str], int]
-) -> tuple[int, bool]:
+def window_reserve(doc: DocInfo, session_id: str | None, budget: int, count: Count) -> Reserve:
     """Tokens doc_window keeps for its header (at its widest), and whether it must be terse."""
     big = int("9" * len(str(max(doc.chunks, 1))))
     used = int("9" * len(str(budget)))
@@ -214,7 +210,7 @@ class OutlineText:
 class SearchText(OutlineText):
     """doc_search's layout (see ``service.SearchLayout``)."""
 
-    def reserve(self, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+    def reserve(self, budget: int, count: Count) -> Reserve:
         """The header's widest size."""
         return search_reserve(budget, count)
 
@@ -231,9 +227,7 @@ class WindowText:
         """The line above a chunk."""
         return window_label(chunk)
 
-    def reserve(
-        self, doc: DocInfo, session_id: str | None, budget: int, count: Callable[[str], int]
-    ) -> tuple[int, bool]:
+    def reserve(self, doc: DocInfo, session_id: str | None, budget: int, count: Count) -> Reserve:
         """The header's widest size."""
         return window_reserve(doc, session_id, budget, count)
 

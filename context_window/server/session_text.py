@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from context_window.localtime import local_time
-from context_window.models import Entry, Recall, SessionInfo, SessionStats
+from context_window.models import Count, Entry, Recall, Reserve, SessionInfo, SessionStats
 from context_window.packing import header_reserve
 from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
@@ -112,7 +110,7 @@ def recall_header(
     return header
 
 
-def recall_reserve(total: int, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+def recall_reserve(total: int, budget: int, count: Count) -> Reserve:
     """Tokens kept for the header and any closing note (their widest form), and whether terse."""
     big = int("9" * len(str(max(total, 1))))
     used = int("9" * len(str(budget)))
@@ -128,7 +126,7 @@ class RecallText:
         """The line above a recalled entry."""
         return recall_label(entry)
 
-    def reserve(self, total: int, budget: int, count: Callable[[str], int]) -> tuple[int, bool]:
+    def reserve(self, total: int, budget: int, count: Count) -> Reserve:
         """The header's widest size."""
         return recall_reserve(total, budget, count)
 

@@ -8,7 +8,6 @@ clients hand that to the model instead of the text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -17,7 +16,7 @@ from context_window.documents.outline import Outline
 from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
-from context_window.models import Chunk, Entry, SessionInfo
+from context_window.models import Chunk, Count, Entry, SessionInfo
 from context_window.packing import fit_data, settle
 from context_window.server import document_text as dt
 from context_window.server import session_text as st
@@ -31,8 +30,6 @@ from context_window.service import (
     Service,
 )
 from context_window.sessions.compaction import Compaction
-
-Count = Callable[[str], int]
 
 # The keys of each tool's structured content, published as its outputSchema (every key
 # is always there; "cut": true is added when an answer was fitted to its budget). Names
@@ -74,7 +71,7 @@ def result(
     text: str,
     data: dict[str, Any],
     budget: int | None = None,
-    count: Callable[[str], int] | None = None,
+    count: Count | None = None,
 ) -> CallToolResult:
     """A tool result: compact text for the model plus the same facts as structured content.
 
