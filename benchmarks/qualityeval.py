@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import csv
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -45,12 +46,28 @@ def _server(data_dir: Path, roots: tuple[Path, ...] = ()) -> tuple[Any, Any]:
     from context_window.server import build_server
     from context_window.service import Service
 
+    _log_as_served()
     flags: dict[str, Any] = {"data_dir": data_dir, "llm_enabled": False}
     if roots:
         flags["ingest_roots"] = list(roots)
     settings = load_settings(flags, environ={})
     service = Service(settings)
     return service, build_server(service)
+
+
+def _log_as_served() -> None:
+    """Plain lines on stderr at INFO, as ``context-window serve`` logs, for either version.
+
+    Without a handler of its own, the MCP SDK installs its rich console handler, which
+    costs about a millisecond a log line: that would be timed as retrieval.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx", "httpcore", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _text(result: Any) -> str:

@@ -139,8 +139,7 @@ def settle(render: Callable[[int], str], budget: int, count: Count) -> tuple[str
     return render(used), used
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # made once
 
 
 def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
@@ -155,7 +154,7 @@ def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
     out: dict[str, Any] = {"cut": True, **data}
     lists = [k for k, v in out.items() if isinstance(v, list) and v]
     if lists:  # the common case, at the cost of one pass: keep the longest prefix that fits
-        key = max(lists, key=lambda k: len(_json(out[k])))
+        key = max(lists, key=lambda k: len(_json(out[k]))) if len(lists) > 1 else lists[0]
         room = budget - count(_json({**out, key: []}))
         kept: list[Any] = []
         for item in out[key]:

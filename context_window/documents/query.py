@@ -14,7 +14,6 @@ from context_window.documents.search import (
     best_matches,
     candidate_passages,
     idf_of,
-    prefilter,
     smooth,
 )
 from context_window.documents.tables import DocInfo, Tables
@@ -64,11 +63,10 @@ def best_passages(
     n_chunks = sum(t.index.n_chunks for t in tables.values())
     idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
     scorer = Scorer(terms, idf, analyzer.expand)
-    keys = prefilter(terms)
     share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
     seen: set[tuple[str, int]] = set()
     count = counter.count
-    groups = candidate_passages(hits, share, count, scorer, seen, keys)
+    groups = candidate_passages(hits, share, count, scorer, seen)
     smooth(groups)
     # Where does each of the best lines' kind of match first occur? Read the earliest
     # chunks holding all its matched terms (a bounded number) until a line holds them.
@@ -85,7 +83,7 @@ def best_passages(
             have.add((doc, i))
             reads += 1
             hit = Hit(doc, title, tables[doc].read(i, i)[0], 0.0)
-            group = candidate_passages([hit], share, count, scorer, seen, keys)[0]
+            group = candidate_passages([hit], share, count, scorer, seen)[0]
             if any(set(p.terms) >= matched for p in group.passages):
                 probes.append(group)
                 break

@@ -35,6 +35,10 @@ LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
 # (The look-behind only starts a match at a token's start: the same result, less backtracking.)
 _VARIABLE = re.compile(r"(?<![\w.:/@$+-])[\w.:/@$+-]*\d[\w.:/@$+-]*")
 _WORD = re.compile(r"[\w$]+")  # the index's raw words (the stdlib engine is faster here)
+_NON_WORD_BYTES = bytes(
+    c if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_$") else 0x20 for c in range(256)
+)
+_WORD_RUN = re.compile(r"[\w$]*")  # the rest of a raw word, from a position
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -158,12 +162,27 @@ def shape(text: str) -> str:
     return " ".join(_VARIABLE.sub("#", text.lower()).split())
 
 
+def _run_end(text: str, pos: int) -> int:
+    """Where the run of word characters from ``pos`` ends."""
+    m = _WORD_RUN.match(text, pos)
+    return m.end() if m else pos
+
+
+def word_count(text: str) -> int:
+    """How many raw words (runs of ``[\\w$]``) ``text`` holds, as the index counts them."""
+    if text.isascii():  # every other byte becomes a space: a C-speed count
+        return len(text.encode("ascii").translate(_NON_WORD_BYTES).split())
+    return len(_WORD.findall(text))
+
+
 class Scorer:
     """Scores passages for one query: BM25 over words, with the index's idf.
 
-    Each distinct raw word is analysed once (its query terms are remembered), so a
-    passage costs one regex scan and a dictionary look-up per word. Lengths are in
-    words, relative to the average of the candidate passages.
+    Only the words that can yield a query term are analysed: those holding one of
+    the query's ``prefilter`` keys, found by one scan of the lowercased text. Each
+    distinct raw word is analysed once (its query terms are remembered). A passage's
+    length is its count of whitespace-separated words, relative to the average of
+    the candidate passages.
     """
 
     def __init__(
@@ -176,25 +195,53 @@ class Scorer:
         self._wanted = set(query)
         self._expand = expand
         self._matches: dict[str, tuple[str, ...]] = {}
+        self.keys = prefilter(query)
+        # Longest first, so a key that begins another does not hide it.
+        alternatives = sorted(self.keys, key=len, reverse=True)
+        self._key = re.compile("|".join(map(re.escape, alternatives)) or "(?!)")
         self.average = 0.0
+
+    def may_match(self, low: str) -> bool:
+        """Whether lowercased text holds a key (a query term may be there)."""
+        return self._key.search(low) is not None
+
+    def terms_of(self, text: str) -> dict[str, int]:
+        """The query terms in ``text``, with their counts (as the index's analyzer finds them)."""
+        low = text.lower()
+        if len(low) != len(text):  # lowercasing moved the offsets: read every word
+            return self._count(_WORD.findall(text))
+        words: list[str] = []
+        back = ""
+        end = -1
+        for m in self._key.finditer(low):
+            if m.start() < end:  # a second key in the word just taken
+                continue
+            if not back:
+                back = low[::-1]
+            start = len(low) - _run_end(back, len(low) - m.start())
+            end = _run_end(low, m.end())
+            words.append(text[start:end])
+        return self._count(words) if words else {}
+
+    def _count(self, words: list[str]) -> dict[str, int]:
+        matches, wanted = self._matches, self._wanted
+        found: dict[str, int] = {}
+        for w in words:
+            hit = matches.get(w)
+            if hit is None:
+                hit = matches[w] = tuple(t for t in self._expand(w) if t in wanted)
+            for t in hit:
+                found[t] = found.get(t, 0) + 1
+        return found
 
     def count_terms(self, passages: Sequence[Passage]) -> None:
         """Fill in each passage's length and the query terms it holds."""
-        matches, wanted = self._matches, self._wanted
         for p in passages:
-            if not p.maybe:
+            if p.maybe:
+                p.length = word_count(p.text)
+                p.terms = self.terms_of(p.text)
+            else:  # context only: its length just shapes the average
                 p.length = len(p.text.split())
-                continue
-            words = _WORD.findall(p.text)
-            p.length = len(words)
-            found: dict[str, int] = {}
-            for w in words:
-                hit = matches.get(w)
-                if hit is None:
-                    hit = matches[w] = tuple(t for t in self._expand(w) if t in wanted)
-                for t in hit:
-                    found[t] = found.get(t, 0) + 1
-            p.terms = found
 
     def score(self, passages: Sequence[Passage]) -> None:
         """Each passage's own BM25 score (after ``count_terms``; the first call sets the mean)."""
@@ -241,7 +288,6 @@ def candidate_passages(
     count: Count,
     scorer: Scorer,
     seen: set[tuple[str, int]],
-    keys: tuple[str, ...],
 ) -> list[Group]:
     """Per hit, its passages near a possible match, scored; lines in ``seen`` are left out.
 
@@ -252,14 +298,14 @@ def candidate_passages(
     for hit in hits:
         text = hit.chunk.text
         low = text.lower()
-        if not any(k in low for k in keys):
+        if not scorer.may_match(low):
             groups.append(Group(hit, [], False))
             continue
         full = bool(_WRAPPED.search(text))
         found = (
             split_passages(hit.chunk, share, count)
             if full
-            else _near(hit.chunk, share, count, low, keys)
+            else _near(hit.chunk, share, count, low, scorer)
         )
         fresh = [p for p in found if (hit.doc_id, p.first) not in seen]
         for p in fresh:
@@ -272,10 +318,10 @@ def candidate_passages(
     return groups
 
 
-def _near(chunk: Chunk, share: int, count: Count, low: str, keys: tuple[str, ...]) -> list[Passage]:
+def _near(chunk: Chunk, share: int, count: Count, low: str, scorer: Scorer) -> list[Passage]:
     """The lines of a chunk of records that may match (``low`` is its text lowercased)."""
     lines = chunk.text.split("\n")
-    maybe = [any(k in line for k in keys) for line in low.split("\n")]
+    maybe = list(map(scorer.may_match, low.split("\n")))
     base = max(chunk.line, 1)
     out: list[Passage] = []
     for i, line in enumerate(lines):

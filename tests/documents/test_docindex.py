@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from context_window.documents.index import DocIndex, IndexBuilder, score_all
+from context_window.documents.search import Scorer, word_count
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
 
@@ -112,3 +114,22 @@ def test_empty_vocabulary(tmp_path: Path) -> None:
     index, _ = build(tmp_path, ["!!!", "..."])
     assert index.n_terms == 0 and index.find("x") == -1
     assert list(index.scores(["anything"])) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["user name", "getUserName", "block terminating blk_38865049064139660", "café straße", "error"],
+)
+def test_passage_terms_equal_the_analyzer(query: str) -> None:
+    # The scorer analyses only the words holding a query key; what it finds per line
+    # must be what the index's analyzer finds there (Snowball's few irregular forms,
+    # like dying -> die, are the documented exception and absent here).
+    analyzer = Analyzer()
+    terms = analyzer.query(query)
+    scorer = Scorer(terms, {t: 1.0 for t in terms}, analyzer.expand)
+    lines = [*TEXTS, "İstanbul user names", "USERNAME UserName user_name"]
+    lines += (LOGHUB / "HDFS" / "HDFS_2k.log").read_text().splitlines()[:300]
+    for line in lines:
+        want = {t: n for t, n in analyzer.counts(line).items() if t in terms}
+        assert scorer.terms_of(line) == want, line
+        assert word_count(line) == len(re.findall(r"[\w$]+", line)), line
