@@ -502,16 +502,9 @@ class Session:
     def stats(self) -> SessionStats:
         """Counts after replay, including lines skipped as unreadable."""
         self.refresh()
-        m = self._state.masks(self.clock())
-        live = m.live
         return SessionStats(
             total=len(self._state.order),
-            live=int(live.sum()),
-            superseded=int((m.superseded & ~m.deleted).sum()),
-            deleted=int(m.deleted.sum()),
-            pinned=int((m.pinned & live).sum()),
-            expired=int((m.expired & ~m.deleted).sum()),
-            live_tokens=int(np.array(self._state.costs, dtype=np.int64)[live].sum()),
+            **self._state.counts(self.clock()),
             skipped_lines=self.journal.skipped + self._state.skipped,
             orphan_patches=self._state.orphans,
             repairs=tuple(self.repairs),

@@ -23,6 +23,8 @@ from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
 
+# The counts kept per session (see ``SessionState.tally``).
+_TALLY = ("live", "superseded", "deleted", "pinned", "expired", "live_tokens")
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
 
 
@@ -58,6 +60,10 @@ class SessionState:
         self.flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
         self.replacers: dict[str, list[str]] = {}  # entry id -> summaries that replace it
         self.explicit: dict[str, bool] = {}  # superseded as set by patch records
+        # The counts of ``tally`` summed over every position without an expiry, kept as
+        # flags change, so the session's counts cost O(entries with an expiry), not O(n).
+        self.totals = [0] * len(_TALLY)
+        self.timed: set[int] = set()  # positions with a finite expiry time
         self.max_seq = 0
         self.orphans = 0  # patches for unknown entries
         self.skipped = 0  # records that are not a valid entry or patch
@@ -66,6 +72,38 @@ class SessionState:
         """Estimate every entry's tokens again (the token ratio changed)."""
         for eid, rec in self.records.items():
             rec["tokens"] = self.costs[self.pos[eid]] = self.counter.count(rec["text"])
+        self.totals = [0] * len(_TALLY)
+        for i in range(len(self.order)):
+            if i not in self.timed:
+                self._count(i, 1)
+
+    def tally(self, i: int, now: float) -> tuple[int, ...]:
+        """Position ``i``'s share of each count in ``_TALLY`` at time ``now``."""
+        pinned, deleted = self.flags["pinned"][i], self.flags["deleted"][i]
+        superseded = self.flags["superseded"][i]
+        expired = self.expires[i] <= now and not pinned
+        live = not (deleted or superseded or expired)
+        return (
+            live,
+            bool(superseded and not deleted),
+            bool(deleted),
+            bool(pinned and live),
+            bool(expired and not deleted),
+            self.costs[i] if live else 0,
+        )
+
+    def _count(self, i: int, sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) an entry without expiry from ``totals``."""
+        for k, v in enumerate(self.tally(i, 0.0)):
+            self.totals[k] += sign * v
+
+    def counts(self, now: float) -> dict[str, int]:
+        """Each count of ``_TALLY`` over every entry at ``now``."""
+        sums = list(self.totals)
+        for i in self.timed:
+            for k, v in enumerate(self.tally(i, now)):
+                sums[k] += v
+        return dict(zip(_TALLY, sums, strict=True))
 
     def apply(self, records: list[dict[str, Any]]) -> None:
         """Apply journal records in order; count what cannot be applied."""
@@ -140,6 +178,10 @@ class SessionState:
         self.expires.append(math.inf if state["expires_at"] is None else state["expires_at"])
         for key, flags in self.flags.items():
             flags.append(state[key])
+        if state["expires_at"] is None:
+            self._count(len(self.order) - 1, 1)
+        else:
+            self.timed.add(len(self.order) - 1)
         texts.append(text + " " + " ".join(tags))
         self.max_seq = max(self.max_seq, seq)
         for old in replaces:
@@ -162,9 +204,17 @@ class SessionState:
         self.set_flag(eid, "superseded", value)
 
     def set_flag(self, eid: str, key: str, value: bool) -> None:
-        """Set a flag in the record and in its array."""
+        """Set a flag in the record and in its array (and in the running counts)."""
+        i = self.pos[eid]
         self.records[eid][key] = value
-        self.flags[key][self.pos[eid]] = value
+        if self.flags[key][i] == value:
+            return
+        counted = i not in self.timed
+        if counted:
+            self._count(i, -1)
+        self.flags[key][i] = value
+        if counted:
+            self._count(i, 1)
 
     def expired(self, rec: dict[str, Any], now: float) -> bool:
         """Whether a record is past its expiry at ``now`` (pinned entries never are)."""

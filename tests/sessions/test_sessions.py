@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -632,3 +634,61 @@ def test_pinned_and_latest_are_what_the_whole_entry_list_would_give(tmp_path: Pa
         [e.id for e in session.pinned_and_latest(5)[0]],
         [e.id for e in session.pinned_and_latest(5)[1]],
     ) == picked(5)
+
+
+def test_counts_kept_as_flags_change_equal_a_recount(tmp_path: Path) -> None:
+    # stats() no longer walks every entry: its counts are kept as flags change, and only
+    # entries with an expiry are looked at per call. A random mix of appends, pins,
+    # deletes, compactions, undos, expiries and a ratio change must agree with a count
+    # over every entry, and with a fresh replay of the journal.
+    now = [1_000_000.0]
+    counter = TokenCounter(0.27)
+    store = SessionStore(tmp_path / "data", counter, clock=lambda: now[0])
+    session = store.open("mix")[0]
+    rng = random.Random(7)
+    compactions: list[str] = []
+
+    def recount(s: Session) -> dict[str, int]:
+        every = s.entries(include_hidden=True)
+        live = [e for e in every if e.live]
+        return {
+            "total": len(every),
+            "live": len(live),
+            "superseded": sum(e.superseded and not e.deleted for e in every),
+            "deleted": sum(e.deleted for e in every),
+            "pinned": sum(e.pinned for e in live),
+            "expired": sum(e.expired and not e.deleted for e in every),
+            "live_tokens": sum(e.tokens for e in live),
+        }
+
+    def counts(s: Session) -> dict[str, int]:
+        st = s.stats()
+        return {k: getattr(st, k) for k in recount(s)}
+
+    for step in range(300):
+        ids = [e.id for e in session.entries(include_hidden=True)]
+        op = rng.random()
+        if op < 0.45 or not ids:
+            ttl = rng.choice([None, None, 0.001, 1.0])
+            session.append(
+                f"note {step} {rng.choice(TOPICS)}", pinned=rng.random() < 0.1, ttl_days=ttl
+            )
+        elif op < 0.65:
+            with contextlib.suppress(InvalidInput):  # some pins are refused (folded, deleted)
+                session.update(rng.choice(ids), pinned=rng.random() < 0.5)
+        elif op < 0.8:
+            session.update(rng.choice(ids), deleted=rng.random() < 0.7)
+        elif op < 0.88:
+            plan = session.plan_compaction(keep_recent=rng.randint(0, 5))
+            if plan.entries:
+                compactions.append(session.commit_summary(plan, f"summary {step}", "test").id)
+        elif op < 0.93 and compactions:
+            with contextlib.suppress(InvalidInput, NotFound):
+                session.uncompact(compactions.pop(rng.randrange(len(compactions))))
+        else:
+            now[0] += rng.choice([30.0, 200.0, 90_000.0])
+        if step == 150:
+            counter.ratio = 0.3  # a calibration: every entry's tokens are counted again
+        assert counts(session) == recount(session), step
+    fresh = SessionStore(tmp_path / "data", counter, clock=lambda: now[0]).get("mix")
+    assert counts(fresh) == recount(fresh) == counts(session)
