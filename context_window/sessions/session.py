@@ -131,13 +131,15 @@ class Session:
         counter: TokenCounter,
         clock: Clock = time.time,
         limits: QueryLimits | None = None,
+        *,
+        analyzer: Analyzer | None = None,
     ) -> None:
         self.dir = directory
         self.meta = meta
         self.counter = counter
         self.clock = clock
         self.journal = Journal(directory / "entries.jsonl")
-        self._analyzer = Analyzer(limits)
+        self._analyzer = analyzer or Analyzer(limits)
         self._clear()
         self.repairs: list[str] = []  # what opening the session had to mend, for status
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,15 @@ from context_window.storage import (
     work_dir,
     write_json_atomic,
 )
-from context_window.textindex import QueryLimits
+from context_window.textindex import Analyzer, QueryLimits
 from context_window.titles import check_title
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
+
+# Sessions kept replayed in memory at once (each holds its entries and index): enough
+# for a model's working set; ten thousand sessions touched once do not all stay.
+MAX_OPEN_SESSIONS = 64
 
 
 class SessionStore:
@@ -46,12 +52,39 @@ class SessionStore:
         counter: TokenCounter,
         clock: Clock = time.time,
         limits: QueryLimits | None = None,
+        max_open: int = MAX_OPEN_SESSIONS,
     ) -> None:
         self.root = data_dir / "sessions"
         self.counter = counter
         self.clock = clock
         self.limits = limits
-        self._open: dict[str, Session] = {}
+        self.analyzer = Analyzer(limits)  # one for every session: its word memo is shared
+        # The sessions kept replayed in memory, least recently used first. A session
+        # evicted from it is replayed from disk when next used; nothing is lost.
+        self._open: OrderedDict[str, Session] = OrderedDict()
+        self._open_guard = threading.Lock()
+        self.max_open = max_open
+
+    def _cached(self, sid: str) -> Session | None:
+        """The session ``sid`` if it is kept in memory, now the most recently used."""
+        with self._open_guard:
+            session = self._open.get(sid)
+            if session is not None:
+                self._open.move_to_end(sid)
+            return session
+
+    def _keep(self, session: Session) -> None:
+        """Keep ``session`` in memory, evicting the least recently used beyond ``max_open``."""
+        with self._open_guard:
+            self._open[session.id] = session
+            self._open.move_to_end(session.id)
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)
+
+    def kept(self) -> list[str]:
+        """Ids of the sessions kept in memory, least recently used first."""
+        with self._open_guard:
+            return list(self._open)
 
     def recover(self) -> list[str]:
         """Put back every session whose replace (an import) a crash interrupted.
@@ -108,11 +141,10 @@ class SessionStore:
             except OSError as exc:
                 raise storage_error(exc, f"cannot retitle session {sid!r}") from exc
         meta["id"] = sid
-        session = self._open.get(sid)
+        session = self._cached(sid)
         if session is None:
-            session = self._open[sid] = Session(
-                directory, meta, self.counter, self.clock, self.limits
-            )
+            session = Session(directory, meta, self.counter, self.clock, analyzer=self.analyzer)
+            self._keep(session)
         else:
             session.meta = meta
         if repair:
@@ -123,7 +155,7 @@ class SessionStore:
     def get(self, session_id: str) -> Session:
         """An existing session; NotFound (with the known ids) otherwise."""
         check_id(session_id, "session_id")
-        session = self._open.get(session_id)
+        session = self._cached(session_id)
         if session is not None:
             return session
         if not (self.root / session_id).is_dir():
@@ -148,7 +180,7 @@ class SessionStore:
             raise NotFound(f"no session {session_id!r} in {self.root.parent}", remedy=OPEN_SESSION)
         meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
         meta["id"] = session_id
-        session = Session(directory, meta, self.counter, self.clock, self.limits)
+        session = Session(directory, meta, self.counter, self.clock, analyzer=self.analyzer)
         session.refresh()
         return session
 
@@ -178,7 +210,8 @@ class SessionStore:
                     raise
         except OSError as exc:
             raise storage_error(exc, f"cannot write session {sid!r}") from exc
-        self._open.pop(sid, None)
+        with self._open_guard:
+            self._open.pop(sid, None)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return old is not None
@@ -188,7 +221,8 @@ class SessionStore:
         out = []
         for sid in self.ids():
             meta = read_json(self.root / sid / "meta.json") or {"id": sid}
-            session = self._open.get(sid)
+            with self._open_guard:
+                session = self._open.get(sid)
             journal = self.root / sid / "entries.jsonl"
             updated = session.updated_at() if session else updated_time(journal, meta)
             out.append(

@@ -692,3 +692,29 @@ def test_counts_kept_as_flags_change_equal_a_recount(tmp_path: Path) -> None:
         assert counts(session) == recount(session), step
     fresh = SessionStore(tmp_path / "data", counter, clock=lambda: now[0]).get("mix")
     assert counts(fresh) == recount(fresh) == counts(session)
+
+
+def test_open_sessions_are_a_bounded_lru_and_eviction_loses_nothing(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "data", TokenCounter(0.27), max_open=3)
+    for i in range(10):
+        session = store.open(f"s{i}")[0]
+        session.append(f"note {i} about the parser")
+    assert store.kept() == ["s7", "s8", "s9"]  # least recently used first
+    held = store.get("s8")  # used again: now the most recent
+    assert store.kept() == ["s7", "s9", "s8"]
+    again = store.get("s0")  # evicted long ago: replayed from its journal
+    assert [e.text for e in again.entries()] == ["note 0 about the parser"]
+    assert store.kept() == ["s9", "s8", "s0"]
+    again.append("second note")
+    store.open("s1")  # evicts s9
+    assert "s9" not in store.kept()
+    assert [e.text for e in store.get("s0").entries()] == ["note 0 about the parser", "second note"]
+    # A session object still held after its eviction stays usable, and what it writes is
+    # seen by the one replayed later (they meet in the journal, as two processes do).
+    for i in range(3):
+        store.open(f"x{i}")
+    assert "s8" not in store.kept()
+    held.append("written through the evicted object")
+    texts = [e.text for e in store.get("s8").entries()]
+    assert texts == ["note 8 about the parser", "written through the evicted object"]
+    assert store.get("s8").recall("parser", 500).entries
