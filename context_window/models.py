@@ -126,6 +126,17 @@ class SessionStats:
 
 
 @dataclass(frozen=True)
+class SessionPage:
+    """One page of the session list: newest first, after a filter, with the counts."""
+
+    sessions: tuple[SessionInfo, ...]
+    total: int  # sessions on disk
+    matched: int  # of those, the ones the filter kept
+    offset: int
+    text: str = ""  # the filter: a part of an id or title
+
+
+@dataclass(frozen=True)
 class Purged:
     """What a purge removed from a session's log, and what it could not erase."""
 

@@ -40,7 +40,7 @@ from context_window.models import (
     Entry,
     Recall,
     RecallLayout,
-    SessionInfo,
+    SessionPage,
     SessionStats,
 )
 from context_window.sessions.compaction import Compaction, keep_facts, summary_input
@@ -55,6 +55,8 @@ log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
 RECENT = 5  # latest unpinned entries context_open shows
+LIST_LIMIT = 20  # sessions context_list_sessions shows unless asked for more
+MAX_LIST_LIMIT = 200
 OUTLINE_SUMMARIES = 20  # chunks summarized per outline unless max_chunks says otherwise
 WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
 DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
@@ -350,9 +352,15 @@ class Service:
             lambda: self.sessions.get(session_id).update(entry_id, pinned=pinned, deleted=delete),
         )
 
-    async def list_sessions(self) -> list[SessionInfo]:
-        """Every session, newest first."""
-        return await self.run("the session list", self.sessions.list)
+    async def list_sessions(
+        self, text: str | None = None, offset: int = 0, limit: int = LIST_LIMIT
+    ) -> SessionPage:
+        """A page of the sessions whose id or title holds ``text``, newest first."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
+        if offset < 0:
+            raise InvalidInput(f"offset must be 0 or more, not {offset}")
+        return await self.run("the session list", lambda: self.sessions.page(text, offset, limit))
 
     # The document tools.
 

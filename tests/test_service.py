@@ -141,7 +141,7 @@ async def test_each_tool_is_one_call(settings: SettingsFactory) -> None:
     entry = await service.update("work", again.pinned[0].id, False, None)
     assert not entry.pinned
     assert (await service.status("work")).stats.pinned == 0
-    assert [i.id for i in await service.list_sessions()] == ["work"]
+    assert [i.id for i in (await service.list_sessions()).sessions] == ["work"]
     await service.ingest(None, text=SPEC, doc_id="spec")
     paged = await service.window("spec", Plain(), budget_tokens=200)
     assert paged.window.chunks and paged.window.used_tokens <= 200

@@ -18,8 +18,8 @@ from context_window.service import Service
 
 P = ParamSpec("P")
 
-DocId = Annotated[str, Field(description="From doc_ingest or doc_list")]
-Budget = Annotated[int | None, Field(ge=64, le=1_000_000, description="Default: --budget")]
+DocId = Annotated[str, Field(description="From doc_list")]
+Budget = Annotated[int | None, Field(ge=64, le=1_000_000)]
 
 
 def from_keyword(
@@ -67,7 +67,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     @app.tool(
         title="Outline document",
         annotations=READ_ONLY,
-        description="A document's headings and tokens per chunk; summarize=true adds a cached "
+        description="Headings and tokens per chunk; summarize=true adds a cached "
         "one-line summary of each.",
     )
     @guarded("doc_outline", audit)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from context_window.localtime import local_time
-from context_window.models import Count, Entry, Recall, Reserve, SessionInfo, SessionStats
-from context_window.packing import header_reserve
+from context_window.models import Count, Entry, Recall, Reserve, SessionPage, SessionStats
+from context_window.packing import fit_lines, header_reserve
 from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
+from context_window.tokens import TokenCounter
 
 PREVIEW_CHARS = 160
 FACTS_IN_REPORT = 30
@@ -243,10 +244,27 @@ def render_update(entry: Entry) -> str:
     return f"Entry {entry.id} is now {state}.\n{preview(entry)}"
 
 
-def render_sessions(infos: list[SessionInfo]) -> str:
-    """context_list_sessions' text: a line per session, newest first."""
-    if not infos:
+def render_sessions(page: SessionPage, budget: int, counter: TokenCounter) -> str:
+    """context_list_sessions' text: a line per session, newest first, within ``budget``,
+    and where the next page starts."""
+    if not page.total:
         return "No sessions yet. Call context_open to start one."
-    lines = [f"{len(infos)} sessions (newest first):"]
-    lines.extend(f"  {i.id}: {i.title} (updated {local_time(i.updated_at)})" for i in infos)
-    return "\n".join(lines)
+    n, first = len(page.sessions), page.offset + 1
+    of = f"{page.total:,}"
+    if page.text:
+        of = f"{page.matched:,} holding {page.text!r} ({page.total:,} in all)"
+    if not n:
+        return f"No sessions from offset {page.offset}: {of}."
+    header = f"Sessions {first}-{page.offset + n} of {of}, newest first:"
+    lines = [f"  {i.id}: {i.title} (updated {local_time(i.updated_at)})" for i in page.sessions]
+
+    def more(omitted: int) -> str:
+        return f"{omitted} more did not fit. Next: offset={page.offset + n - omitted}"
+
+    text = "\n".join([header, *lines])
+    if counter.count(text) > budget:
+        return fit_lines(header, lines, budget, counter, more)
+    note = f"Next: offset={page.offset + n}"
+    if page.offset + n < page.matched and counter.count(f"{text}\n{note}") <= budget:
+        text += f"\n{note}"
+    return text

@@ -12,7 +12,7 @@ from pydantic import Field
 from context_window.server import views
 from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded
 from context_window.server.session_text import RECALL
-from context_window.service import Service
+from context_window.service import LIST_LIMIT, MAX_LIST_LIMIT, Service
 
 TTL = "Expire after N days unless pinned"
 SessionId = Annotated[str, Field(description="From context_open")]
@@ -131,8 +131,15 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         return views.updated(await service.update(session_id, entry_id, pinned, delete))
 
     @app.tool(
-        title="List sessions", annotations=READ_ONLY, description="List sessions, newest first."
+        title="List sessions",
+        annotations=READ_ONLY,
+        description="List sessions, newest first.",
     )
     @guarded("context_list_sessions", audit)
-    async def context_list_sessions() -> CallToolResult:
-        return views.sessions_listed(await service.list_sessions())
+    async def context_list_sessions(
+        filter: Annotated[str | None, Field(description="Id or title part")] = None,
+        limit: Annotated[int | None, Field(ge=1, le=MAX_LIST_LIMIT)] = None,
+        offset: Annotated[int | None, Field(ge=0)] = None,
+    ) -> CallToolResult:
+        page = await service.list_sessions(filter, offset or 0, limit or LIST_LIMIT)
+        return views.sessions_listed(page, service.settings.budget, service.counter)

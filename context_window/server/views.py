@@ -16,7 +16,7 @@ from context_window.documents.outline import Outline
 from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
-from context_window.models import Chunk, Count, Entry, SessionInfo
+from context_window.models import Chunk, Count, Entry, SessionPage
 from context_window.packing import fit_data, settle
 from context_window.server import document_text as dt
 from context_window.server import session_text as st
@@ -30,6 +30,7 @@ from context_window.service import (
     Service,
 )
 from context_window.sessions.compaction import Compaction
+from context_window.tokens import TokenCounter
 
 # The keys of each tool's structured content, published as its outputSchema (every key
 # is always there; "cut": true is added when an answer was fitted to its budget). Names
@@ -49,7 +50,7 @@ OUTPUT_KEYS = {
     "orphan_patches repairs session_id budget token_counts token_ratio summarizer advice",
     "context_update": "id seq created_at role text tokens tags pinned deleted superseded "
     "replaced_by replaces expires_at expired",
-    "context_list_sessions": "sessions",
+    "context_list_sessions": "sessions total matched offset",
     "doc_ingest": f"{_DOC} doc_id duplicate_of reused replaced seconds next",
     "doc_outline": f"{_DOC} outline",
     "doc_search": "query searchable hits omitted",
@@ -278,15 +279,18 @@ def updated(entry: Entry) -> CallToolResult:
     return result(st.render_update(entry), entry_data(entry))
 
 
-def sessions_listed(infos: list[SessionInfo]) -> CallToolResult:
-    """context_list_sessions."""
+def sessions_listed(page: SessionPage, budget: int, counter: TokenCounter) -> CallToolResult:
+    """context_list_sessions: one page, within the budget."""
     data = {
         "sessions": [
             {"id": i.id, "title": i.title, "created_at": i.created_at, "updated_at": i.updated_at}
-            for i in infos
-        ]
+            for i in page.sessions
+        ],
+        "total": page.total,
+        "matched": page.matched,
+        "offset": page.offset,
     }
-    return result(st.render_sessions(infos), data)
+    return result(st.render_sessions(page, budget, counter), data, budget, counter.count)
 
 
 # The document tools.

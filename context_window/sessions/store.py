@@ -19,7 +19,7 @@ from typing import Any
 
 from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.localtime import time_or_none
-from context_window.models import SessionInfo
+from context_window.models import SessionInfo, SessionPage
 from context_window.sessions.session import Clock, Session, updated_time
 from context_window.storage import (
     check_id,
@@ -64,6 +64,7 @@ class SessionStore:
         self._open: OrderedDict[str, Session] = OrderedDict()
         self._open_guard = threading.Lock()
         self.max_open = max_open
+        self._metas: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}  # for page()
 
     def _cached(self, sid: str) -> Session | None:
         """The session ``sid`` if it is kept in memory, now the most recently used."""
@@ -100,11 +101,11 @@ class SessionStore:
 
     def ids(self) -> list[str]:
         """Ids of the sessions on disk."""
-        if not self.root.is_dir():
+        try:
+            with os.scandir(self.root) as found:
+                return sorted(e.name for e in found if e.is_dir() and not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
 
     def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
         """Resume a session, or create it; returns (session, created)."""
@@ -218,20 +219,45 @@ class SessionStore:
 
     def list(self) -> list[SessionInfo]:
         """Every session, most recently updated first."""
-        out = []
-        for sid in self.ids():
-            meta = read_json(self.root / sid / "meta.json") or {"id": sid}
-            with self._open_guard:
-                session = self._open.get(sid)
-            journal = self.root / sid / "entries.jsonl"
-            updated = session.updated_at() if session else updated_time(journal, meta)
-            out.append(
-                SessionInfo(
-                    id=sid,
-                    title=meta["title"] if isinstance(meta.get("title"), str) else sid,
-                    created_at=time_or_none(meta.get("created_at")) or 0.0,
-                    updated_at=updated,
-                )
-            )
-        out.sort(key=lambda s: s.updated_at, reverse=True)
-        return out
+        return list(self.page(None, 0, None).sessions)
+
+    def page(self, text: str | None, offset: int, limit: int | None) -> SessionPage:
+        """Sessions whose id or title holds ``text`` (any case), newest first, from ``offset``.
+
+        Each call looks at every session's journal and meta.json with one stat each;
+        a meta.json is read again only when it changed (inode, mtime or size) since the
+        last call.
+        """
+        infos = [self._info(sid) for sid in self.ids()]
+        needle = (text or "").strip().casefold()
+        kept = [i for i in infos if needle in i.id.casefold() or needle in i.title.casefold()]
+        kept.sort(key=lambda s: s.updated_at, reverse=True)
+        end = None if limit is None else offset + limit
+        return SessionPage(
+            tuple(kept[offset:end]), len(infos), len(kept), offset, (text or "").strip()
+        )
+
+    def _info(self, sid: str) -> SessionInfo:
+        """A session's listing from its meta.json (cached by the file's size and mtime)."""
+        meta_path = self.root / sid / "meta.json"
+        try:
+            st = meta_path.stat()
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        cached = self._metas.get(sid)
+        if cached is not None and stamp is not None and cached[0] == stamp:
+            meta = cached[1]
+        else:
+            meta = read_json(meta_path) or {"id": sid}
+            if stamp is not None:
+                self._metas[sid] = (stamp, meta)
+        with self._open_guard:
+            session = self._open.get(sid)
+        journal = self.root / sid / "entries.jsonl"
+        return SessionInfo(
+            id=sid,
+            title=meta["title"] if isinstance(meta.get("title"), str) else sid,
+            created_at=time_or_none(meta.get("created_at")) or 0.0,
+            updated_at=session.updated_at() if session else updated_time(journal, meta),
+        )

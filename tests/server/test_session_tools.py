@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from context_window.config import Settings
-from context_window.tokens import TokenCounter
+from context_window.tokens import TokenCounter, estimate
 
 pytestmark = pytest.mark.anyio
 SettingsFactory = Callable[..., Settings]
@@ -293,8 +293,40 @@ async def test_list_sessions_newest_first(settings: SettingsFactory) -> None:
             os.utime(s.data_dir / "sessions" / sid / "entries.jsonl", (stamp, stamp))
         text, data = await ok(c, "context_list_sessions")
     assert [x["id"] for x in data["sessions"]] == ["c", "a", "b"]
-    assert text.splitlines()[0] == "3 sessions (newest first):"
+    assert text.splitlines()[0] == "Sessions 1-3 of 3, newest first:"
     assert text.index("  c:") < text.index("  a:") < text.index("  b:")
+    assert (data["total"], data["matched"], data["offset"]) == (3, 3, 0)
+
+
+async def test_list_sessions_pages_filters_and_fits_the_budget(settings: SettingsFactory) -> None:
+    s = settings(budget=300)
+    async with client(s) as c:
+        for i in range(120):
+            title = f"{'parser' if i % 3 == 0 else 'deploy'} work {i:03d}"
+            await ok(c, "context_open", session_id=f"s{i:03d}", title=title)  # s119 newest
+        text, data = await ok(c, "context_list_sessions")
+        assert text.splitlines()[0] == "Sessions 1-20 of 120, newest first:"
+        assert [x["id"] for x in data["sessions"]][:2] == ["s119", "s118"]
+        assert text.splitlines()[-1] == "Next: offset=20"
+        text, data = await ok(c, "context_list_sessions", offset=20, limit=5)
+        assert [x["id"] for x in data["sessions"]] == ["s099", "s098", "s097", "s096", "s095"]
+        text, data = await ok(c, "context_list_sessions", filter="PARSER", limit=200)
+        assert (data["total"], data["matched"]) == (120, 40)
+        assert text.startswith("Sessions 1-")
+        assert "of 40 holding 'PARSER' (120 in all)" in text.splitlines()[0]
+        # 40 lines do not fit 300 tokens: the answer says how many did not, and where to go on.
+        assert estimate(text, 0.27) <= 300
+        shown = [line for line in text.splitlines() if line.startswith("  s")]
+        assert all("parser" in line for line in shown) and 5 < len(shown) < 40
+        assert text.splitlines()[-1] == (
+            f"{40 - len(shown)} more did not fit. Next: offset={len(shown)}"
+        )
+        text, data = await ok(c, "context_list_sessions", filter="nothing like it")
+        assert data["sessions"] == [] and "No sessions from offset 0: 0 holding" in text
+        text, data = await ok(c, "context_list_sessions", offset=500)
+        assert data["sessions"] == [] and text == "No sessions from offset 500: 120."
+        msg = await error(c, "context_list_sessions", limit=0)
+        assert "limit" in msg
 
 
 @pytest.mark.parametrize(
