@@ -24,6 +24,7 @@ chunk-weighted mean of each document's own (exact for a single document).
 
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from context_window.textindex import average_idf, idf_values, term_scores
 # 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
 INDEX_VERSION = 2
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
+HELD_POSTINGS = 1024  # postings up to this long are remembered per term (12 KB at most)
 F64 = npt.NDArray[np.float64]
 
 
@@ -112,6 +114,11 @@ class IndexBuilder:
         return stats
 
 
+Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
+_UNSEEN = object()
+IN_MEMORY_BYTES = 1 << 20  # index arrays up to this size are read, not memory-mapped
+
+
 class DocIndex:
     """A persisted index opened read-only; arrays are memory-mapped, nothing is rebuilt."""
 
@@ -135,6 +142,7 @@ class DocIndex:
         self._tfs = _load(directory / "post_tfs.npy")
         self._doc_len = _load(directory / "doc_len.npy")
         self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
+        self._held: dict[str, Postings | None] = {}  # term -> its postings, for term_postings
 
     def find(self, term: str) -> int:
         """The term's number, or -1: a binary search over the sorted term list (remembered)."""
@@ -165,6 +173,28 @@ class DocIndex:
         a, b = int(self._post_off[term_id]), int(self._post_off[term_id + 1])
         return np.asarray(self._chunks[a:b]), np.asarray(self._tfs[a:b])
 
+    def term_postings(self, term: str) -> Postings | None:
+        """(chunk numbers, term frequencies, chunk lengths) of ``term``, or None.
+
+        Short postings are remembered (at most ``FOUND_MEMO`` terms of up to
+        ``HELD_POSTINGS`` chunks), so searching many small documents costs a dictionary
+        look-up per document and term; long ones are cheap next to their scoring.
+        """
+        held = self._held.get(term, _UNSEEN)
+        if held is not _UNSEEN:
+            return held  # type: ignore[return-value]
+        tid = self.find(term)
+        if tid < 0:
+            out: Postings | None = None
+        else:
+            chunks, tfs = self.postings(tid)
+            out = (chunks, tfs, self.doc_lengths(chunks))
+        if out is None or len(out[0]) <= HELD_POSTINGS:
+            if len(self._held) >= FOUND_MEMO:
+                self._held.clear()
+            self._held[term] = out
+        return out
+
     def doc_freq(self, term: str) -> int:
         """In how many chunks ``term`` occurs."""
         tid = self.find(term)
@@ -194,10 +224,13 @@ class DocIndex:
 
 
 def _load(path: Path) -> npt.NDArray[Any]:
-    """A memory-mapped array, or an in-memory one when the file holds no elements."""
-    arr: npt.NDArray[Any] = np.load(path, mmap_mode="r", allow_pickle=False)
-    if arr.size == 0:
-        arr = np.load(path, allow_pickle=False)
+    """A memory-mapped array, or an in-memory one when the file is small.
+
+    Slicing a memory map costs microseconds of Python each time; a search over
+    hundreds of small documents slices each one's arrays, so those are read whole.
+    """
+    small = path.stat().st_size <= IN_MEMORY_BYTES
+    arr: npt.NDArray[Any] = np.load(path, mmap_mode=None if small else "r", allow_pickle=False)
     return arr
 
 
@@ -227,22 +260,38 @@ def score_all(
     term, since BM25 scores a term found in most chunks at or below zero (a
     one-chunk document scores every term negative) and such chunks still match.
     """
-    out = [
-        (np.zeros(ix.n_chunks, dtype=np.float64), np.zeros(ix.n_chunks, dtype=bool))
-        for ix in indexes
-    ]
+    scores, matched, bases = score_joined(indexes, query_terms)
+    return [(scores[a:b], matched[a:b]) for a, b in itertools.pairwise(bases)]
+
+
+def score_joined(
+    indexes: Sequence[DocIndex], query_terms: Sequence[str]
+) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """``score_all`` as one array over the chunks of every index, index after index:
+    (scores, matched, bases), where index k's chunks are ``bases[k]:bases[k + 1]``.
+
+    Each term is scored once over the postings of every index joined: per document
+    a search only slices its postings, so hundreds of small documents cost little
+    more than one.
+    """
+    bases = np.zeros(len(indexes) + 1, dtype=np.int64)
+    np.cumsum([ix.n_chunks for ix in indexes], out=bases[1:])
+    scores = np.zeros(int(bases[-1]), dtype=np.float64)
+    matched = np.zeros(int(bases[-1]), dtype=bool)
     stats = corpus_stats(indexes)
     if stats.n == 0:
-        return out
+        return scores, matched, bases
     for term in query_terms:  # repeated query terms count again, as in rank_bm25
-        found = [(i, tid) for i, ix in enumerate(indexes) if (tid := ix.find(term)) >= 0]
+        found = [(i, p) for i, ix in enumerate(indexes) if (p := ix.term_postings(term))]
         if not found:
             continue
-        postings = [(i, *indexes[i].postings(tid)) for i, tid in found]
-        df = sum(len(chunks) for _, chunks, _ in postings)
-        idf = float(idf_values(np.array([df]), stats.n, stats.average_idf)[0])
-        for i, chunks, tfs in postings:
-            lengths = indexes[i].doc_lengths(chunks)
-            out[i][0][chunks] += term_scores(tfs, lengths, stats.avgdl, idf)
-            out[i][1][chunks] = True
-    return out
+        chunks = [p[0] for _, p in found]
+        tfs = [p[1] for _, p in found]
+        lengths = [p[2] for _, p in found]
+        sizes = [len(c) for c in chunks]
+        owners = np.array([i for i, _ in found], dtype=np.int64)
+        at = np.concatenate(chunks).astype(np.int64) + np.repeat(bases[owners], sizes)
+        idf = float(idf_values(np.array([len(at)]), stats.n, stats.average_idf)[0])
+        scores[at] += term_scores(np.concatenate(tfs), np.concatenate(lengths), stats.avgdl, idf)
+        matched[at] = True
+    return scores, matched, bases

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from context_window.documents.index import score_all
+from context_window.documents.index import score_joined
 from context_window.documents.search import (
     Answer,
     Group,
@@ -30,17 +30,18 @@ def best_chunks(
 ) -> list[Hit]:
     """The ``limit`` best chunks of ``docs`` for analysed ``terms``, best first (ties by
     document, then chunk index), scored as one index over all of them."""
-    scores = score_all([t.index for t in tables], terms)
-    found: list[tuple[float, int, int]] = []
-    for k, (arr, matched) in enumerate(scores):
-        candidates = np.flatnonzero(matched)
-        if len(candidates) > limit:  # every chunk tied with the limit-th, then by index
-            values = arr[candidates]
-            kth = np.partition(values, len(values) - limit)[len(values) - limit]
-            keep = candidates[values >= kth]
-            candidates = keep[np.lexsort((keep, -arr[keep]))[:limit]]
-        found.extend((float(arr[i]), k, int(i)) for i in candidates)
-    found.sort(key=lambda x: (-x[0], x[1], x[2]))
+    scores, matched, bases = score_joined([t.index for t in tables], terms)
+    candidates = np.flatnonzero(matched)
+    if len(candidates) > limit:  # every chunk tied with the limit-th, then by position
+        values = scores[candidates]
+        kth = np.partition(values, len(values) - limit)[len(values) - limit]
+        candidates = candidates[values >= kth]
+    # Joined positions run document after document, chunk after chunk: the tie order.
+    best = candidates[np.lexsort((candidates, -scores[candidates]))[:limit]]
+    owners = np.searchsorted(bases, best, side="right") - 1
+    found = [
+        (float(scores[g]), int(k), int(g - bases[k])) for g, k in zip(best, owners, strict=True)
+    ]
     hits = []
     for score, k, i in found[:limit]:
         chunk = tables[k].read(i, i)[0]

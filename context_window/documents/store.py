@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import secrets
 import shutil
 import threading
@@ -83,6 +84,18 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """(inode, mtime, size) of a file, or None: what tells a rewritten meta.json apart.
+
+    A string path, not a Path: listing hundreds of documents pays this per document.
+    """
+    try:
+        st = os.stat(path)  # noqa: PTH116
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _steady(
     read: Callable[Concatenate[DocumentStore, P], R],
 ) -> Callable[Concatenate[DocumentStore, P], R]:
@@ -131,6 +144,12 @@ class DocumentStore:
         self._lock = threading.RLock()
         self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
+        # meta.json files parsed, by document id, with the stat they were parsed at.
+        self._metas: dict[str, tuple[tuple[int, int, int], tuple[dict[str, Any], DocInfo]]] = {}
+        # all()'s last answer, with the (name, stamp) of every directory it looked at.
+        self._listed: (
+            tuple[tuple[tuple[str, tuple[int, int, int] | None], ...], list[DocInfo]] | None
+        ) = None
         self._analyzer = Analyzer(query_limits)
 
     def recover(self) -> list[str]:
@@ -149,27 +168,55 @@ class DocumentStore:
         return restored
 
     def _meta(self, doc_id: str) -> dict[str, Any] | None:
-        meta = read_json(self.root / doc_id / "meta.json")
+        """A document's meta.json if it is valid (a copy: callers may change it)."""
+        found = self._parsed(doc_id)
+        return None if found is None else dict(found[0])
+
+    def _parsed(self, doc_id: str) -> tuple[dict[str, Any], DocInfo] | None:
+        """meta.json and its DocInfo, parsed again only when the file changed (its inode,
+        mtime or size: every write replaces it), so listing many documents costs a stat
+        each."""
+        path = f"{self.root}/{doc_id}/meta.json"
+        stamp = _stamp(path)
+        return None if stamp is None else self._parse(doc_id, path, stamp)
+
+    def _parse(
+        self, doc_id: str, path: str, stamp: tuple[int, int, int]
+    ) -> tuple[dict[str, Any], DocInfo] | None:
+        cached = self._metas.get(doc_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        meta = read_json(Path(path))
         if meta is None or meta.get("id") != doc_id:
             return None
         try:
-            DocInfo.from_meta(meta)
+            info = DocInfo.from_meta(meta)
         except (KeyError, TypeError, ValueError):
             return None
-        return meta
+        self._metas[doc_id] = (stamp, (meta, info))
+        return meta, info
 
     def all(self) -> list[DocInfo]:
-        """Every complete document, newest first."""
-        if not self.root.is_dir():
+        """Every complete document, newest first (a stat of each meta.json when none changed)."""
+        try:
+            with os.scandir(self.root) as found:
+                names = [e.name for e in found if not e.name.startswith(".") and e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        stamps = tuple((name, _stamp(f"{self.root}/{name}/meta.json")) for name in names)
+        listed = self._listed
+        if listed is not None and listed[0] == stamps:
+            return list(listed[1])
         docs = []
-        for p in self.root.iterdir():
-            if p.name.startswith(".") or not p.is_dir():
-                continue
-            meta = self._meta(p.name)
-            if meta is not None:
-                docs.append(DocInfo.from_meta(meta))
-        return sorted(docs, key=lambda d: (-d.created_at, d.id))
+        for name, stamp in stamps:
+            parsed = (
+                None if stamp is None else self._parse(name, f"{self.root}/{name}/meta.json", stamp)
+            )
+            if parsed is not None:
+                docs.append(parsed[1])
+        docs.sort(key=lambda d: (-d.created_at, d.id))
+        self._listed = (stamps, docs)
+        return list(docs)
 
     def unreadable(self) -> list[str]:
         """Ids of document directories ``all`` leaves out: no readable meta.json."""

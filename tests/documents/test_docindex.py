@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from context_window.documents.index import DocIndex, IndexBuilder, score_all
+from context_window.documents.index import IN_MEMORY_BYTES, DocIndex, IndexBuilder, score_all
 from context_window.documents.search import Scorer, word_count
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
@@ -100,14 +100,27 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
     index, _ = build(tmp_path, TEXTS)
     again = DocIndex(tmp_path / "index")
     maps = Path("/proc/self/maps").read_text()
-    for name in ("terms.bin", "post_chunks.npy", "post_tfs.npy", "doc_len.npy"):
-        assert str(tmp_path / "index" / name) in maps, name  # mapped, not read into memory
+    assert str(tmp_path / "index" / "terms.bin") in maps
+    for name in ("post_chunks.npy", "post_tfs.npy", "doc_len.npy"):  # small: read whole
+        assert str(tmp_path / "index" / name) not in maps, name
     assert again.find("name") >= 0 and again.find("getusernam") >= 0
     assert again.find("nosuchterm") == -1
     assert again.doc_freq("error") == 1
     terms = (tmp_path / "index" / "terms.bin").read_bytes()
     assert b"stra\xc3\x9fe" in terms  # UTF-8, sorted by bytes
     np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
+
+
+def test_large_index_arrays_are_memory_mapped(tmp_path: Path) -> None:
+    texts = [" ".join(f"w{c}x{k}" for k in range(120)) for c in range(2_500)]
+    build(tmp_path, texts, batch=500)
+    assert (tmp_path / "index" / "post_chunks.npy").stat().st_size > IN_MEMORY_BYTES
+    big = DocIndex(tmp_path / "index")
+    maps = Path("/proc/self/maps").read_text()
+    for name in ("post_chunks.npy", "post_tfs.npy"):
+        assert str(tmp_path / "index" / name) in maps, name  # mapped, not read into memory
+    assert str(tmp_path / "index" / "doc_len.npy") not in maps  # 10 KB: read whole
+    assert big.doc_freq("w7x3") == 1 and big.scores(["w7x3"]).argmax() == 7
 
 
 def test_empty_vocabulary(tmp_path: Path) -> None:

@@ -176,3 +176,25 @@ def test_term_offsets_are_unsigned_integers(store: DocumentStore) -> None:
     store.ingest(text="alpha beta gamma delta " * 40, doc_id="offsets")
     offsets = np.load(store.root / "offsets" / "index" / "term_offsets.npy")
     assert offsets.dtype == np.uint64 and offsets[0] == 0
+
+
+def test_listing_sees_what_another_store_changed(store: DocumentStore) -> None:
+    # Listing stats each meta.json and reuses what it parsed while the file is unchanged;
+    # every change another process makes (cursor, re-ingest, forget, a new document)
+    # replaces the file or the directory, and must show at once.
+    store.ingest(text="# A\n\nalpha parser notes", doc_id="a")
+    store.ingest(text="# B\n\nbeta parser notes", doc_id="b")
+    other = DocumentStore(store.root.parent, TokenCounter(0.27))
+    assert [d.id for d in store.all()] == ["b", "a"]
+    other.update_meta("a", cursor=1)
+    assert store.get("a").cursor == 1
+    assert next(d for d in store.all() if d.id == "a").cursor == 1
+    other.ingest(text="# A again\n\ngamma parser", doc_id="a", title="A2")
+    assert {d.id: d.title for d in store.all()}["a"] == "A2"
+    shown = store.answer("gamma", None, 3, 500).hits[0].passages
+    assert any("gamma" in p.text for p in shown)
+    other.forget("b")
+    assert [d.id for d in store.all()] == ["a"]
+    other.ingest(text="# C\n\ndelta parser", doc_id="c")
+    assert [d.id for d in store.all()] == ["c", "a"]
+    assert {h.doc_id for h in store.answer("parser", None, 10, 2000).hits} == {"a", "c"}
