@@ -81,7 +81,3 @@ def test_a_slow_open_does_not_stall_health_or_other_clients(tmp_path: Path) -> N
     # The replay holds Python's lock between its steps only: the loop gets its turns.
     assert max(waits["health"]) < 0.25, waits["health"]
     assert sorted(waits["append"])[len(waits["append"]) // 2] < 0.25, waits["append"]
-    print(
-        f"slow open {done['slow']:.2f} s; /health max {1000 * max(waits['health']):.0f} ms, "
-        f"append p50 {1000 * sorted(waits['append'])[len(waits['append']) // 2]:.0f} ms"
-    )
