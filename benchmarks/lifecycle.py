@@ -73,6 +73,8 @@ def bench_compaction(data_dir: Path, entries: int) -> dict[str, Any]:
         lost = lost_facts(originals, prose)
     return {
         "entries": entries,
+        "folded": len(done.plan.entries),
+        "left": done.plan.left,
         "compact_ms": round(whole[0] * 1000, 1),
         "facts_ms": round(facts[0] * 1000, 1),
         "facts_share": round(facts[0] / whole[0], 3),

@@ -154,6 +154,7 @@ class CompactionPlan:
     entries: tuple[Entry, ...]
     kept_recent: int
     pinned_kept: int
+    left: int = 0  # foldable entries past this batch's token bound, for the next compaction
 
     @property
     def tokens(self) -> int:

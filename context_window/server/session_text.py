@@ -7,6 +7,7 @@ from context_window.models import Count, Entry, Recall, Reserve, SessionPage, Se
 from context_window.packing import fit_lines, header_reserve
 from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
+from context_window.sessions.session import FOLD_TOKENS
 from context_window.tokens import TokenCounter
 
 PREVIEW_CHARS = 160
@@ -161,8 +162,17 @@ def render_compaction(c: Compaction) -> str:
     """context_compact's text: what was folded, how, and the tokens freed."""
     n = len(c.plan.entries)
     keep = f"kept the {c.plan.kept_recent} most recent and {c.plan.pinned_kept} pinned"
+    later = (
+        f" {c.plan.left} more foldable entries past this batch's {FOLD_TOKENS:,}-token bound: "
+        "call context_compact again for them."
+        if c.plan.left
+        else ""
+    )
     if c.dry_run and n >= 2:
-        return f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; {keep}."
+        return (
+            f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; "
+            f"{keep}.{later}"
+        )
     if c.summary is None or c.entry is None:
         return (
             f"Nothing to compact: {n} foldable entries ({keep}). "
@@ -171,7 +181,7 @@ def render_compaction(c: Compaction) -> str:
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
     lines = [
         f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.id} "
-        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.",
+        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.{later}",
         bar(c.stats.live_tokens if c.stats else 0, c.budget),
     ]
     lost = len(c.kept_facts) + c.facts_not_kept

@@ -44,7 +44,7 @@ OUTPUT_KEYS = {
     "context_recall": "session_id entries candidates searchable used_tokens budget omitted "
     "beyond_limit",
     "context_compact": "session_id dry_run folded folded_tokens compaction_id summary_id "
-    "summary_tokens method reason tokens_freed kept_facts facts_not_kept",
+    "summary_tokens method reason tokens_freed kept_facts facts_not_kept left",
     "context_uncompact": "session_id compaction_id restored session_tokens budget",
     "context_status": "total live superseded deleted pinned expired live_tokens skipped_lines "
     "orphan_patches repairs session_id budget token_counts token_ratio summarizer advice",
@@ -244,6 +244,7 @@ def compacted(c: Compaction) -> CallToolResult:
         "tokens_freed": c.tokens_freed,
         "kept_facts": list(c.kept_facts),
         "facts_not_kept": c.facts_not_kept,
+        "left": c.plan.left,
     }
     return result(st.render_compaction(c), data)
 

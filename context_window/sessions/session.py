@@ -57,6 +57,9 @@ MAX_TEXT_CHARS = 200_000
 MAX_TAGS = 10
 MAX_TAG_CHARS = 40
 MAX_TTL_DAYS = 36_500
+# A compaction folds at most this many tokens of originals (the oldest first): one call
+# stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
+FOLD_TOKENS = 30_000
 DAY = 86_400.0
 
 
@@ -207,13 +210,17 @@ class Session:
             self._in_time_order(m.live & ~m.pinned, now, last=max(0, latest)),
         )
 
+    def _time_ordered(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+        """``mask``'s positions in time order."""
+        positions = np.flatnonzero(mask)
+        seqs = np.frombuffer(self._state.seqs, dtype=np.float64)[positions]
+        return positions[np.argsort(seqs, kind="stable")]
+
     def _in_time_order(
         self, mask: npt.NDArray[np.bool_], now: float, last: int | None = None
     ) -> list[Entry]:
         """The entries at ``mask``'s positions in time order (only the ``last`` latest)."""
-        positions = np.flatnonzero(mask)
-        seqs = np.array(self._state.seqs, dtype=np.float64)[positions]
-        ordered = positions[np.argsort(seqs, kind="stable")]
+        ordered = self._time_ordered(mask)
         if last is not None:
             ordered = ordered[len(ordered) - min(last, len(ordered)) :]
         return [self._entry(self._state.order[i], now) for i in ordered.tolist()]
@@ -320,15 +327,29 @@ class Session:
                 compaction_id=folder,
             )
 
-    def plan_compaction(self, keep_recent: int) -> CompactionPlan:
-        """Live unpinned entries older than the ``keep_recent`` most recent live ones."""
+    def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
+        """The oldest live unpinned entries beyond the ``keep_recent`` most recent ones, as
+        many as hold ``max_tokens`` together (two at least): one bounded batch.
+
+        Chosen on the arrays, so only the batch's entries are built; the foldable
+        entries left for later compactions are counted in the plan.
+        """
         if not 0 <= keep_recent <= 10_000:
             raise InvalidInput(f"keep_recent must be between 0 and 10000, not {keep_recent}")
-        live = self.entries()
-        unpinned = [e for e in live if not e.pinned]
-        fold = unpinned[: max(0, len(unpinned) - keep_recent)]
+        self.refresh()
+        now = self.clock()
+        m = self._state.masks(now)
+        unpinned = self._time_ordered(m.live & ~m.pinned)
+        foldable = unpinned[: max(0, len(unpinned) - keep_recent)]
+        costs = np.frombuffer(self._state.costs, dtype=np.int64)[foldable]
+        take = int(np.searchsorted(np.cumsum(costs), max_tokens, side="right"))
+        take = max(take, min(2, len(foldable)))
+        batch = [self._entry(self._state.order[i], now) for i in foldable[:take].tolist()]
         return CompactionPlan(
-            tuple(fold), min(keep_recent, len(unpinned)), len(live) - len(unpinned)
+            tuple(batch),
+            min(keep_recent, len(unpinned)),
+            int(np.count_nonzero(m.live & m.pinned)),
+            left=len(foldable) - take,
         )
 
     def commit_summary(

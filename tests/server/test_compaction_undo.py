@@ -9,6 +9,7 @@ from conftest import SettingsFactory, client
 from test_session_tools import LONG, error, ok
 
 from context_window.service import Service
+from context_window.sessions.session import FOLD_TOKENS
 
 pytestmark = pytest.mark.anyio
 
@@ -94,3 +95,36 @@ async def test_an_undo_survives_a_restart(settings: SettingsFactory, tmp_path: P
     assert len(fresh.entries()) == 6 and fresh.stats().live == 6
     retired = fresh.get(data["compaction_id"])
     assert retired.deleted and not retired.live
+
+
+async def test_a_compaction_folds_one_bounded_batch_oldest_first(settings: SettingsFactory) -> None:
+    # 60 notes of ~1,000 tokens: more than one compaction may fold. Each call folds the
+    # oldest notes up to FOLD_TOKENS and says how many foldable notes wait; the next
+    # call takes them (with the first summary, the oldest live entry by then).
+    note = "step {i}: " + " ".join(f"word{k} value{k * 7}" for k in range(330))
+    async with client(settings(budget=10_000)) as c:
+        await ok(c, "context_open", session_id="big")
+        ids = []
+        for i in range(60):
+            ids.append((await ok(c, "context_append", session_id="big", text=note.format(i=i)))[1])
+        sizes = [d["tokens"] for d in ids]
+        assert min(sizes) > 900
+        text, dry = await ok(c, "context_compact", session_id="big", keep_recent=5, dry_run=True)
+        batch = dry["folded"]
+        assert sum(sizes[:batch]) <= FOLD_TOKENS < sum(sizes[: batch + 1])
+        assert dry["left"] == 55 - batch and f"{dry['left']} more foldable entries" in text
+        text, first = await ok(c, "context_compact", session_id="big", keep_recent=5)
+        assert (first["folded"], first["left"]) == (batch, dry["left"])
+        assert "call context_compact again" in text
+        _, rec = await ok(
+            c, "context_recall", session_id="big", budget_tokens=1_000_000, include_superseded=True
+        )
+        folded = {e["id"] for e in rec["entries"] if e.get("superseded")}
+        assert folded == {d["entry_id"] for d in ids[:batch]}  # the oldest, and only they
+        rounds = 1
+        while first["left"]:
+            _, first = await ok(c, "context_compact", session_id="big", keep_recent=5)
+            rounds += 1
+        assert rounds >= 2
+        _, status = await ok(c, "context_status", session_id="big")
+        assert status["live"] == 6 and status["superseded"] == 55 + rounds - 1  # nothing lost
