@@ -12,7 +12,12 @@ the ingested document's ``chunks.jsonl``; every engine sees the same tokens, the
 - fts5: SQLite FTS5 over the tokens joined by spaces (``unicode61`` with
   ``tokenchars '_$'`` so terms match ours), ranked by ``bm25()``, with the original
   chunk text stored unindexed and returned; persisted to a file, queried after
-  reopening it.
+  reopening it. This one measures the engine on our analysis (stems, id parts).
+- fts5_plain: SQLite FTS5 used the plain way: the chunk text itself under its own
+  default tokenizer, queried with the query's words joined by OR, ranked by
+  ``bm25()``. This is the baseline a user would build.
+- grep: ``grep -c -i -F`` with each query word as a pattern, over the document's
+  ``source.txt`` (counting matching lines; a scan, no index), process start included.
 
 Agreement with the reference is overlap@10: the share of the reference top 10
 (positive scores only) that an engine also returns. ``tie_aware`` also counts a
@@ -25,7 +30,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,6 +108,55 @@ def query_fts5(path: Path, queries: list[list[str]]) -> dict[str, Any]:
     }
 
 
+def build_fts5_plain(path: Path, texts: list[str]) -> float:
+    """FTS5 over the raw chunk texts with its default tokenizer; returns seconds."""
+    path.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    db = sqlite3.connect(path)
+    db.execute("CREATE VIRTUAL TABLE chunks USING fts5(text)")
+    db.executemany("INSERT INTO chunks(rowid, text) VALUES (?, ?)", enumerate(texts))
+    db.execute("INSERT INTO chunks(chunks) VALUES ('optimize')")
+    db.commit()
+    db.close()
+    return time.perf_counter() - t0
+
+
+def plain_words(query: str) -> list[str]:
+    """A query's words as FTS5's default tokenizer and grep would take them."""
+    return list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+
+
+def query_fts5_plain(path: Path, queries: list[str]) -> dict[str, Any]:
+    """Each query's words OR'd, against the plain table after reopening it."""
+    db = sqlite3.connect(path)
+    sql = "SELECT rowid, text FROM chunks WHERE chunks MATCH ? ORDER BY bm25(chunks) LIMIT ?"
+    samples = []
+    for q in queries:
+        words = plain_words(q)
+        if not words:
+            continue
+        expr = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        t1 = time.perf_counter()
+        db.execute(sql, (expr, TOP)).fetchall()
+        samples.append(time.perf_counter() - t1)
+    db.close()
+    return {"search": summary_ms(samples)}
+
+
+def query_grep(source: Path, queries: list[str]) -> dict[str, Any]:
+    """``grep -c -i -F -e w1 -e w2 …`` over the source file, per query."""
+    samples = []
+    for q in queries:
+        words = plain_words(q)
+        if not words:
+            continue
+        cmd = ["grep", "-c", "-i", "-F", *(x for w in words for x in ("-e", w)), str(source)]
+        t1 = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=False)
+        samples.append(time.perf_counter() - t1)
+    return {"search": summary_ms(samples)}
+
+
 def overlap(
     got: list[list[int]], ref: list[list[int]], ref_scores: list[np.ndarray]
 ) -> dict[str, Any]:
@@ -120,7 +176,12 @@ def overlap(
 
 
 def run(
-    chunks_file: Path, queries: list[str], ours: list[list[int]], workdir: Path, rebuilds: int
+    chunks_file: Path,
+    queries: list[str],
+    ours: list[list[int]],
+    workdir: Path,
+    rebuilds: int,
+    source: Path | None = None,
 ) -> dict[str, Any]:
     """Every engine on the same chunks and queries."""
     t0 = time.perf_counter()
@@ -132,6 +193,10 @@ def run(
     db_path = workdir / "fts5.db"
     fts_build = build_fts5(db_path, texts, tokens)
     fts = query_fts5(db_path, qterms)
+    plain_path = workdir / "fts5-plain.db"
+    plain_build = build_fts5_plain(plain_path, texts)
+    plain = query_fts5_plain(plain_path, queries)
+    grep = query_grep(source, queries) if source is not None else None
     del texts
     gc.collect()
 
@@ -158,6 +223,12 @@ def run(
             "search": fts["search"],
             "agreement": overlap(fts["top10"], ref, ref_scores),
         },
+        "fts5_plain": {
+            "build_s": round(plain_build, 2),
+            "disk_mb": round(plain_path.stat().st_size / 1e6, 1),
+            "search": plain["search"],
+        },
+        "grep": grep,
         "rebuild": {
             "queries_timed": len(rebuild_samples),
             "search": summary_ms(rebuild_samples),
@@ -174,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ours", type=Path, required=True, help="JSON: our top-10 chunk ids per query")
     p.add_argument("--workdir", type=Path, required=True)
     p.add_argument("--rebuilds", type=int, default=3, help="queries timed with a full rebuild")
+    p.add_argument("--source", type=Path, help="the document's source.txt, for grep -c")
     ns = p.parse_args(argv)
     queries = json.loads(ns.queries.read_text(encoding="utf-8"))
     ours = json.loads(ns.ours.read_text(encoding="utf-8"))
-    out = run(ns.chunks, queries, ours, ns.workdir, ns.rebuilds)
+    out = run(ns.chunks, queries, ours, ns.workdir, ns.rebuilds, ns.source)
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

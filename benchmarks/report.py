@@ -43,6 +43,19 @@ METRIC_KEYS: tuple[str, ...] = (
     "engines.ours.overlap_at_10_tie_aware",
     "engines.fts5.overlap_at_10",
     "engines.fts5.overlap_at_10_tie_aware",
+    "engines.fts5_plain.p50_ms",
+    "engines.fts5_plain_over_ours",
+    "engines.grep.p50_ms",
+    "engines.grep_over_ours",
+    "scale.list_sessions.first_ms",
+    "scale.list_sessions.warm_ms",
+    "scale.list_sessions.tokens",
+    "scale.touch_sessions_rss_mb",
+    "scale.touch_sessions_gc_ms",
+    "scale.append_over_1k",
+    "scale.status_over_1k",
+    "scale.compact_ms",
+    "scale.docs_search_warm_ms",
     "quality.loghub_first_line",
     "quality.meetings_doc_hit",
     "quality.meetings_session_gold",
@@ -110,8 +123,9 @@ TARGETS: tuple[Target, ...] = (
 def flatten(d: dict[str, Any]) -> dict[str, float]:
     """The flat metrics from the nested results."""
     s, docs, eng, q = d["session"], d["documents"], d["engines"], d["quality"]
-    life = d["lifecycle"]
+    life, sc = d["lifecycle"], d["scale"]
     ours = docs["restart"]["search"]["p50_ms"]
+    grep = eng["grep"]["search"]["p50_ms"] if eng.get("grep") else float("nan")
     m = {
         "session.append.p50_ms": s["append"]["p50_ms"],
         "session.append.p99_ms": s["append"]["p99_ms"],
@@ -141,6 +155,19 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "engines.ours.overlap_at_10_tie_aware": eng["ours_agreement"]["tie_aware"],
         "engines.fts5.overlap_at_10": eng["fts5"]["agreement"]["overlap_at_10"],
         "engines.fts5.overlap_at_10_tie_aware": eng["fts5"]["agreement"]["tie_aware"],
+        "engines.fts5_plain.p50_ms": eng["fts5_plain"]["search"]["p50_ms"],
+        "engines.fts5_plain_over_ours": round(eng["fts5_plain"]["search"]["p50_ms"] / ours, 2),
+        "engines.grep.p50_ms": grep,
+        "engines.grep_over_ours": round(grep / ours, 1),
+        "scale.list_sessions.first_ms": sc["many"]["list"]["first_ms"],
+        "scale.list_sessions.warm_ms": sc["many"]["list"]["warm_ms"],
+        "scale.list_sessions.tokens": sc["many"]["list"]["tokens"],
+        "scale.touch_sessions_rss_mb": sc["many"]["touch_all_rss_mb"],
+        "scale.touch_sessions_gc_ms": sc["many"]["full_gc_ms"],
+        "scale.append_over_1k": sc["big"]["append_ratio"],
+        "scale.status_over_1k": sc["big"]["status_ratio"],
+        "scale.compact_ms": sc["compact"]["compact_ms"],
+        "scale.docs_search_warm_ms": sc["docs"]["warm_ms"],
         "quality.loghub_first_line": q["loghub"]["hit_rate"],
         "quality.meetings_doc_hit": q["qmsum_doc"]["hit_rate"],
         "quality.meetings_session_gold": q["qmsum_session"]["gold_share"],
@@ -177,7 +204,7 @@ def checks(metrics: dict[str, float], details: dict[str, Any]) -> list[dict[str,
 
 
 def _labels(d: dict[str, Any]) -> dict[str, str]:
-    s, docs, life = d["session"], d["documents"], d["lifecycle"]
+    s, docs, life, sc = d["session"], d["documents"], d["lifecycle"], d["scale"]
     mb = docs["ingest"]["bytes"] / 1e6
     chunks = docs["ingest"]["chunks"]
     out = {
@@ -208,6 +235,22 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "engines.ours.overlap_at_10_tie_aware": "ours vs reference, tie-aware",
         "engines.fts5.overlap_at_10": "fts5 vs rank_bm25 reference overlap@10",
         "engines.fts5.overlap_at_10_tie_aware": "fts5 vs reference, tie-aware",
+        "engines.fts5_plain.p50_ms": "baseline: SQLite FTS5, own tokenizer, words OR'd, p50",
+        "engines.fts5_plain_over_ours": "fts5 plain / ours (p50 latency ratio)",
+        "engines.grep.p50_ms": "baseline: grep -c -i -F the query's words, p50",
+        "engines.grep_over_ours": "grep -c / ours (p50 latency ratio)",
+        "scale.list_sessions.first_ms": f"context_list_sessions, {sc['many']['sessions']:,} "
+        "sessions, first call",
+        "scale.list_sessions.warm_ms": "... a second call",
+        "scale.list_sessions.tokens": "... its answer (est. tokens)",
+        "scale.touch_sessions_rss_mb": f"memory after touching {sc['many']['sessions']:,} "
+        "sessions once",
+        "scale.touch_sessions_gc_ms": "... a full GC pass then",
+        "scale.append_over_1k": f"context_append p50 at {sc['big']['entries']:,} entries / at 1k",
+        "scale.status_over_1k": f"context_status p50 at {sc['big']['entries']:,} entries / at 1k",
+        "scale.compact_ms": f"one context_compact call at {sc['compact']['entries']:,} entries",
+        "scale.docs_search_warm_ms": f"doc_search over {sc['docs']['documents']} small "
+        "documents, warm (mcp.Client)",
         "quality.loghub_first_line": "loghub first line shown (limit 3, 1500 tokens)",
         "quality.meetings_doc_hit": "meetings: gold turn shown by doc_search",
         "quality.meetings_session_gold": "meetings: gold turns in context_recall (1000)",
@@ -251,9 +294,10 @@ def _fmt(key: str, value: float) -> str:
         or key.endswith("_over_cold_load")
         or key.endswith("_over_first")
         or key.endswith("_doubling")
+        or key.endswith("_over_1k")
     ):
         return f"{value:,.2f}x"
-    if key.startswith("lifecycle.schema_tokens"):
+    if key.startswith("lifecycle.schema_tokens") or key.endswith(".tokens"):
         return f"{value:,.0f}"
     return f"{value:.3f}"
 

@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import corpus, documents, hostile, lifecycle, quality, report, sessions, startup
+from benchmarks import scale as scale_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "latest.json"
@@ -48,10 +49,17 @@ class Scale:
     rebuilds: int
     compact_entries: int
     purge_entries: int
+    many_sessions: int = 10_000
+    big_session: int = 100_000
+    many_documents: int = 300
 
 
 FULL = Scale(100, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000)
-QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2, 200, 2_000)
+QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2, 200, 2_000, 200, 5_000, 30)
+# --large: a 1 GB log and a session of a million entries (tens of minutes).
+LARGE = Scale(
+    1000, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000, 10_000, 1_000_000
+)
 
 
 def _log(message: str) -> None:
@@ -92,6 +100,7 @@ def _engines(work: Path, docs: dict[str, Any], queries: list[str], rebuilds: int
     cmd = [sys.executable, "-m", "benchmarks.engines", "--chunks", str(chunks)]
     cmd += ["--queries", str(work / "doc-queries.json"), "--ours", str(ours)]
     cmd += ["--workdir", str(work), "--rebuilds", str(rebuilds)]
+    cmd += ["--source", str(chunks.parent / "source.txt")]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, check=False, env=documents.child_env()
     )
@@ -142,6 +151,18 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
         "reingest": lifecycle.bench_reingest(ldir / "r", big),
     }
 
+    _log(
+        f"scale: {scale.many_sessions:,} sessions, a {scale.big_session:,}-entry session, "
+        f"{scale.many_documents} documents"
+    )
+    xdir = work / "scale-data"
+    details["scale"] = {
+        "many": scale_bench.bench_many_sessions(xdir / "many", scale.many_sessions),
+        "big": scale_bench.bench_big_session_calls(xdir / "big", scale.big_session, 50),
+        "compact": scale_bench.bench_compaction(xdir / "compact", scale.big_session),
+        "docs": scale_bench.bench_many_documents(xdir / "docs", scale.many_documents, 40),
+    }
+
     _log("hostile text: facts, sentence splitting and compaction of crafted 200k notes")
     details["hostile"] = hostile.bench_text_paths()
 
@@ -174,11 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         return quality.main(args[1:])
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small CI-sized run (seconds)")
+    p.add_argument("--large", action="store_true", help="a 1 GB log and a 1M-entry session (slow)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output ({DEFAULT_OUT})")
     p.add_argument("--keep", action="store_true", help="keep the temporary data directories")
     ns = p.parse_args(args)
     logging.getLogger("context_window").setLevel(logging.WARNING)
-    scale, mode = (QUICK, "quick") if ns.quick else (FULL, "full")
+    scale, mode = (QUICK, "quick") if ns.quick else (LARGE, "large") if ns.large else (FULL, "full")
     work = Path(tempfile.mkdtemp(prefix="cw-bench-"))
     try:
         result = run(scale, mode, work)

@@ -52,6 +52,19 @@ METRICS = {
     "engines.ours.overlap_at_10_tie_aware",
     "engines.fts5.overlap_at_10",
     "engines.fts5.overlap_at_10_tie_aware",
+    "engines.fts5_plain.p50_ms",
+    "engines.fts5_plain_over_ours",
+    "engines.grep.p50_ms",
+    "engines.grep_over_ours",
+    "scale.list_sessions.first_ms",
+    "scale.list_sessions.warm_ms",
+    "scale.list_sessions.tokens",
+    "scale.touch_sessions_rss_mb",
+    "scale.touch_sessions_gc_ms",
+    "scale.append_over_1k",
+    "scale.status_over_1k",
+    "scale.compact_ms",
+    "scale.docs_search_warm_ms",
     "quality.loghub_first_line",
     "quality.meetings_doc_hit",
     "quality.meetings_session_gold",
@@ -131,8 +144,14 @@ def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
         "engines",
         "quality",
         "lifecycle",
+        "scale",
         "hostile",
     }
+    scale = details["scale"]
+    assert scale["many"]["sessions"] == 200 and scale["big"]["entries"] == 5_000
+    assert scale["many"]["list"]["tokens"] < 1_000  # one page, not 200 lines
+    assert scale["compact"]["folded"] >= 2 and scale["docs"]["documents"] == 30
+    assert details["engines"]["grep"]["search"]["p50_ms"] > 0
     assert details["hostile"]["chars"] == 200_000  # the entry limit, even in a quick run
     life = details["lifecycle"]
     assert life["schema"]["all"] < life["schema"]["unslimmed"]

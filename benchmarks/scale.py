@@ -1,0 +1,152 @@
+"""Scale benchmarks: many sessions (listing, memory), and per-call cost on a big session.
+
+Rows: ``context_list_sessions`` over N sessions (time and tokens of the answer, first
+call and warm), the server's memory after touching every one of N sessions once, and
+``context_append`` / ``context_status`` on a session of many entries against one of
+1,000 (a per-call cost that grows with the session shows as a ratio above 1).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.corpus import session_texts
+from benchmarks.measure import summary_ms, time_calls
+from benchmarks.sessions import write_session
+from context_window.config import Settings
+from context_window.service import Service
+from context_window.storage import write_json_atomic
+from context_window.tokens import estimate
+
+
+def _settings(data_dir: Path) -> Settings:
+    return Settings(data_dir=data_dir, llm_enabled=False, audit=False)
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process (Linux /proc; NaN elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    import os
+
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e6, 1)
+
+
+def write_many(data_dir: Path, n: int) -> None:
+    """``n`` small sessions (three entries each), straight to disk."""
+    root = data_dir / "sessions"
+    texts = session_texts(3 * n, seed=77)
+    for i in range(n):
+        sid = f"m{i:05d}"
+        write_session(data_dir, sid, texts[3 * i : 3 * i + 3])
+        title = f"{'parser' if i % 10 == 0 else 'task'} {i}"
+        write_json_atomic(
+            root / sid / "meta.json",
+            {"id": sid, "title": title, "created_at": 1.7e9 + i, "updated_at": 1.7e9 + i},
+        )
+
+
+async def _list(data_dir: Path) -> dict[str, Any]:
+    from mcp import Client
+
+    from context_window.server.app import build_server
+
+    service = Service(_settings(data_dir))
+    out: dict[str, Any] = {}
+    async with Client(build_server(service)) as client:
+        for label in ("first", "warm"):
+            t0 = time.perf_counter()
+            res = await client.call_tool("context_list_sessions", {})
+            out[f"{label}_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+            text = "\n".join(getattr(c, "text", "") for c in res.content)
+            out["tokens"] = estimate(text, 0.27)
+    await service.aclose()
+    return out
+
+
+def bench_many_sessions(data_dir: Path, n: int) -> dict[str, Any]:
+    """List ``n`` sessions over MCP, then touch each once and measure the memory held."""
+    write_many(data_dir, n)
+    out: dict[str, Any] = {"sessions": n, "list": anyio.run(_list, data_dir)}
+    gc.collect()
+    before = _rss_mb()
+    service = Service(_settings(data_dir))
+    t0 = time.perf_counter()
+    for i in range(n):
+        service.sessions.get(f"m{i:05d}").recall("parser", 500)
+    out["touch_all_s"] = round(time.perf_counter() - t0, 2)
+    gc.collect()
+    out["touch_all_rss_mb"] = round(_rss_mb() - before, 1)
+    t0 = time.perf_counter()
+    gc.collect()
+    out["full_gc_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    return out
+
+
+def bench_big_session_calls(data_dir: Path, entries: int, calls: int) -> dict[str, Any]:
+    """append and stats on a session of ``entries`` entries and on one of 1,000."""
+    out: dict[str, Any] = {"entries": entries}
+    service = Service(_settings(data_dir))
+    for size in (1_000, entries):
+        sid = f"big-{size}"
+        if not (data_dir / "sessions" / sid).is_dir():
+            write_session(data_dir, sid, session_texts(size, seed=size))
+        session = service.sessions.get(sid)
+        texts = session_texts(calls, seed=size + 3)
+        out[f"append_{size}"] = summary_ms(time_calls(lambda t, s=session: s.append(t), texts))
+        out[f"status_{size}"] = summary_ms(time_calls(lambda _, s=session: s.stats(), range(calls)))
+    small, large = out["append_1000"]["p50_ms"], out[f"append_{entries}"]["p50_ms"]
+    out["append_ratio"] = round(large / small, 2) if small else float("nan")
+    small, large = out["status_1000"]["p50_ms"], out[f"status_{entries}"]["p50_ms"]
+    out["status_ratio"] = round(large / small, 2) if small else float("nan")
+    return out
+
+
+def bench_compaction(data_dir: Path, entries: int) -> dict[str, Any]:
+    """One context_compact call on a session of ``entries`` notes (extractive, LLM off)."""
+    write_session(data_dir, "compact-big", session_texts(entries, seed=41))
+    service = Service(_settings(data_dir))
+    service.sessions.get("compact-big")  # replayed first: the call alone is timed
+    t0 = time.perf_counter()
+    done = anyio.run(service.compact, "compact-big", 10, 400)
+    return {
+        "entries": entries,
+        "compact_ms": round(1000 * (time.perf_counter() - t0), 1),
+        "folded": len(done.plan.entries),
+        "left": getattr(done.plan, "left", 0),  # 0.1.x folded everything at once
+    }
+
+
+async def _search_docs(service: Service, queries: list[str]) -> list[float]:
+    from mcp import Client
+
+    from context_window.server.app import build_server
+
+    samples = []
+    async with Client(build_server(service)) as client:
+        for q in queries[:4]:  # warm: tables opened, postings read
+            await client.call_tool("doc_search", {"query": q})
+        for q in queries:
+            t0 = time.perf_counter()
+            await client.call_tool("doc_search", {"query": q})
+            samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def bench_many_documents(data_dir: Path, n: int, queries: int) -> dict[str, Any]:
+    """doc_search over ``n`` small documents (no doc_id), warm, through an mcp.Client."""
+    service = Service(_settings(data_dir))
+    texts = session_texts(5 * n, seed=91)
+    for i in range(n):
+        body = "\n\n".join(texts[5 * i : 5 * i + 5])
+        service.documents.ingest(text=f"# Notes {i}\n\n{body}", doc_id=f"d{i:04d}")
+    qs = [" ".join(t.split()[:3]) for t in session_texts(queries, seed=92)]
+    samples = anyio.run(_search_docs, service, qs)
+    return {"documents": n, "warm_ms": summary_ms(samples)["p50_ms"]}
