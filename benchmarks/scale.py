@@ -9,6 +9,10 @@ call and warm), the server's memory after touching every one of N sessions once,
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 import anyio
 
 from benchmarks.corpus import session_texts
+from benchmarks.documents import child_env
 from benchmarks.measure import summary_ms, time_calls
 from benchmarks.sessions import write_session
 from context_window.config import Settings
@@ -34,8 +39,6 @@ def _rss_mb() -> float:
         pages = int(Path("/proc/self/statm").read_text().split()[1])
     except (OSError, ValueError, IndexError):
         return float("nan")
-    import os
-
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e6, 1)
 
 
@@ -71,22 +74,35 @@ async def _list(data_dir: Path) -> dict[str, Any]:
     return out
 
 
-def bench_many_sessions(data_dir: Path, n: int) -> dict[str, Any]:
-    """List ``n`` sessions over MCP, then touch each once and measure the memory held."""
-    write_many(data_dir, n)
-    out: dict[str, Any] = {"sessions": n, "list": anyio.run(_list, data_dir)}
+def touch_all(data_dir: Path, n: int) -> dict[str, Any]:
+    """Recall once in each of ``n`` sessions; the memory this process then holds.
+
+    Run in a fresh process (``python -m benchmarks.scale touch``), so the figure is
+    what serving those calls left behind, not what earlier benchmarks did.
+    """
     gc.collect()
     before = _rss_mb()
     service = Service(_settings(data_dir))
     t0 = time.perf_counter()
     for i in range(n):
         service.sessions.get(f"m{i:05d}").recall("parser", 500)
-    out["touch_all_s"] = round(time.perf_counter() - t0, 2)
-    gc.collect()
-    out["touch_all_rss_mb"] = round(_rss_mb() - before, 1)
+    out: dict[str, Any] = {"touch_all_s": round(time.perf_counter() - t0, 2)}
     t0 = time.perf_counter()
     gc.collect()
     out["full_gc_ms"] = round(1000 * (time.perf_counter() - t0), 1)
+    out["touch_all_rss_mb"] = round(_rss_mb() - before, 1)
+    return out
+
+
+def bench_many_sessions(data_dir: Path, n: int) -> dict[str, Any]:
+    """List ``n`` sessions over MCP, then touch each once (in a fresh process)."""
+    write_many(data_dir, n)
+    out: dict[str, Any] = {"sessions": n, "list": anyio.run(_list, data_dir)}
+    cmd = [sys.executable, "-m", "benchmarks.scale", "touch", str(data_dir), str(n)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"touching {n} sessions failed:\n{proc.stderr[-3000:]}")
+    out.update(json.loads(proc.stdout.strip().splitlines()[-1]))
     return out
 
 
@@ -150,3 +166,16 @@ def bench_many_documents(data_dir: Path, n: int, queries: int) -> dict[str, Any]
     qs = [" ".join(t.split()[:3]) for t in session_texts(queries, seed=92)]
     samples = anyio.run(_search_docs, service, qs)
     return {"documents": n, "warm_ms": summary_ms(samples)["p50_ms"]}
+
+
+def main(argv: list[str]) -> int:
+    """``touch DATA N``: run ``touch_all`` and print its JSON."""
+    if argv[:1] != ["touch"] or len(argv) != 3:
+        sys.stderr.write("usage: python -m benchmarks.scale touch DATA_DIR N\n")
+        return 2
+    sys.stdout.write(json.dumps(touch_all(Path(argv[1]), int(argv[2]))) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -11,8 +11,8 @@ negative idf (epsilon x the average idf).
 
 from __future__ import annotations
 
-import itertools
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,10 +163,12 @@ class MemoryIndex:
 
     def __init__(self) -> None:
         self._term_ids: dict[str, int] = {}
-        self._post_docs: list[list[int]] = []
-        self._post_tfs: list[list[int]] = []
+        # Postings as compact arrays of uint32 (8 bytes a posting, not ~70 as Python ints
+        # in lists): a session of 100k entries holds millions of them.
+        self._post_docs: list[array[int]] = []
+        self._post_tfs: list[array[int]] = []
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-        self._doc_len: list[int] = []
+        self._doc_len: array[int] = array("I")
         self._total_len = 0
         # (documents, average idf, document lengths) as of the last query, and the
         # document frequencies behind it: after the first query, an append only adds
@@ -187,8 +189,8 @@ class MemoryIndex:
             tid = self._term_ids.get(term)
             if tid is None:
                 tid = self._term_ids[term] = len(self._post_docs)
-                self._post_docs.append([])
-                self._post_tfs.append([])
+                self._post_docs.append(array("I"))
+                self._post_tfs.append(array("I"))
             self._post_docs[tid].append(doc)
             self._post_tfs[tid].append(tf)
         length = sum(counts.values())
@@ -218,22 +220,22 @@ class MemoryIndex:
             tid = self._term_ids.get(word)
             if tid is None:
                 tid = self._term_ids[word] = len(self._post_docs)
-                self._post_docs.append([])
-                self._post_tfs.append([])
+                self._post_docs.append(array("I"))
+                self._post_tfs.append(array("I"))
             ids[k] = tid
         tids = ids[term]
         order = np.argsort(tids, kind="stable")  # by term; documents stay ascending
         sorted_tids = tids[order]
-        docs = (doc[order].astype(np.int64) + base).tolist()
-        tfs = tf[order].tolist()
+        docs = (doc[order].astype(np.int64) + base).astype(np.uint32)
+        tfs = tf[order].astype(np.uint32)
         if len(order):
             cuts = np.flatnonzero(np.diff(sorted_tids)) + 1
             firsts = np.concatenate(([0], cuts))
             lasts = np.concatenate((cuts, [len(order)])).tolist()
             for tid, a, b in zip(sorted_tids[firsts].tolist(), firsts.tolist(), lasts, strict=True):
-                self._post_docs[tid].extend(docs[a:b])
-                self._post_tfs[tid].extend(tfs[a:b])
-        self._doc_len.extend(lengths.tolist())
+                self._post_docs[tid].frombytes(docs[a:b].tobytes())
+                self._post_tfs[tid].frombytes(tfs[a:b].tobytes())
+        self._doc_len.frombytes(lengths.astype(np.uint32).tobytes())
         self._total_len += int(lengths.sum())
         if self._df is not None:
             self._pending.extend(tids.tolist())
@@ -332,9 +334,8 @@ class MemoryIndex:
                 np.arange(terms, dtype=np.int32),
                 np.fromiter(map(len, self._post_docs), dtype=np.int64, count=terms),
             )
-            docs = np.fromiter(
-                itertools.chain.from_iterable(self._post_docs), dtype=np.int64, count=len(tids)
-            )
+            joined = b"".join(map(bytes, self._post_docs))
+            docs = np.frombuffer(joined, dtype=np.uint32).astype(np.int64)
             df_out = np.bincount(tids[exclude[docs]], minlength=terms).astype(np.int64)
             cached = self._excluded = (key, df_out)
         df_out = cached[1]

@@ -26,6 +26,7 @@ from context_window.tokens import TokenCounter
 # The counts kept per session (see ``SessionState.tally``).
 _TALLY = ("live", "superseded", "deleted", "pinned", "expired", "live_tokens")
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
+BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries are ~10x)
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,17 @@ class SessionState:
                         self.resolve_superseded(old)
             else:
                 self.skipped += 1
-        if len(texts) >= BATCH_INDEX:  # a replay: count all terms at once, vectorized
-            counter = TermCounter(self.analyzer)
-            t = counter.count(texts)
-            self.index.add_many(t.chunk, t.term, t.tf, t.lengths, list(counter.vocab))
+        if len(texts) >= BATCH_INDEX:  # a replay: count terms vectorized, a batch at a time
+            start = 0
+            while start < len(texts):  # batches bound the counting's temporary arrays
+                end, size = start, 0
+                while end < len(texts) and (end == start or size < BATCH_CHARS):
+                    size += len(texts[end])
+                    end += 1
+                counter = TermCounter(self.analyzer)  # a batch's own vocabulary
+                t = counter.count(texts[start:end])
+                self.index.add_many(t.chunk, t.term, t.tf, t.lengths, list(counter.vocab))
+                start = end
         else:
             for text in texts:
                 self.index.add(self.analyzer.counts(text))

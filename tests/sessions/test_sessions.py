@@ -15,7 +15,7 @@ from context_window.errors import FIND_ENTRY, OPEN_SESSION, InvalidInput, NotFou
 from context_window.facts import lost_facts
 from context_window.service import Service
 from context_window.sessions.session import Session
-from context_window.sessions.state import BATCH_INDEX
+from context_window.sessions.state import BATCH_CHARS, BATCH_INDEX
 from context_window.sessions.store import SessionStore
 from context_window.storage import check_id
 from context_window.summarize import split_sentences
@@ -582,19 +582,24 @@ def test_a_damaged_meta_is_rebuilt_kept_and_reported(tmp_path: Path, damage: byt
     assert meta.exists() and again.title == "m"
 
 
-def test_a_replay_indexes_in_one_batch_exactly_as_appends_do(tmp_path: Path) -> None:
-    """Replaying many entries counts their terms vectorized; ranking must not change."""
+@pytest.mark.parametrize("pad", [0, 12_000])
+def test_a_replay_indexes_in_batches_exactly_as_appends_do(tmp_path: Path, pad: int) -> None:
+    """Replaying many entries counts their terms vectorized, in batches of BATCH_CHARS
+    characters (with ``pad``, 200 entries make two); ranking must not change."""
+    filler = " ".join(f"w{k % 997}" for k in range(pad // 5))
     texts = [
         f"{word} getUserName blk_{i % 17} naïve Straße 東京 {i * 7} $cost_{i % 5} "
-        f"{'x' * (70 + i % 3)} end"
+        f"{'x' * (70 + i % 3)} {filler} end"
         for i, word in enumerate(["alpha", "Beta", "gammaRay", "DELTA_CASE", "é"] * 40)
     ]
+    assert (sum(map(len, texts)) > BATCH_CHARS) == bool(pad)
     writer = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]
     for i, text in enumerate(texts):  # one entry per apply: the per-entry path
         writer.append(text, tags=["t", f"tag{i % 3}"] if i % 2 else None)
-    replayed = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]  # one batch
+    replayed = SessionStore(tmp_path, TokenCounter(0.27)).open("s")[0]
     assert len(texts) >= BATCH_INDEX
     queries = ["getusername", "user name", "blk 3", "naïve", "東京", "tag1", "gamma ray", "end"]
+    queries += ["w5 w996", "w17"] if pad else []
     for q in [*queries, "x" * 71, "cost_2 delta"]:
         a, b = writer.recall(q, 100_000), replayed.recall(q, 100_000)
         assert [e.id for e in a.entries] == [e.id for e in b.entries], q
