@@ -11,6 +11,7 @@ from context_window.errors import InvalidInput
 
 WORD_WEIGHT = 1.35
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+_FIRST_CJK = "\u1100"  # no character below it is in _CJK (a test checks every code point)
 _SAFETY = 1.04  # calibrated ratios are stored with this margin
 
 
@@ -18,7 +19,8 @@ def estimate(text: str, ratio: float) -> int:
     """Estimated tokens: ``ceil(cjk + max(other_chars * ratio, words * 1.35))``."""
     if not text:
         return 0
-    cjk = 0 if text.isascii() else len(_CJK.findall(text))
+    # The scan for CJK runs only when some character could be one: max() is far cheaper.
+    cjk = 0 if text.isascii() or max(text) < _FIRST_CJK else len(_CJK.findall(text))
     other = len(text) - cjk
     words = len(text.split())
     return math.ceil(cjk + max(other * ratio, words * WORD_WEIGHT))

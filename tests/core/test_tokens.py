@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_window.errors import InvalidInput
-from context_window.tokens import TokenCounter, calibrated_ratio, estimate, truncate
+from context_window.tokens import (
+    _CJK,
+    _FIRST_CJK,
+    TokenCounter,
+    calibrated_ratio,
+    estimate,
+    truncate,
+)
 
 RATIO = 0.27
 texts = st.lists(
@@ -100,3 +107,14 @@ def test_token_counter_follows_calibration() -> None:
     assert counter.source == "calibrated"
     assert "smol" in counter.describe()
     assert estimate(counter.truncate(text, 100), 0.5) <= 100
+
+
+def test_no_character_below_the_first_cjk_one_counts_as_cjk() -> None:
+    # estimate skips the CJK scan when max(text) < _FIRST_CJK: that is only sound if no
+    # code point below it matches the CJK class.
+    below = "".join(chr(c) for c in range(0x80, ord(_FIRST_CJK)) if not 0xD800 <= c < 0xE000)
+    assert _CJK.findall(below) == []
+    assert _CJK.match(_FIRST_CJK)
+    accented = "naïve café Straße " * 50
+    assert estimate(accented, 0.27) == estimate(accented.encode().decode(), 0.27)
+    assert estimate("東京 " * 10, 0.27) > estimate("ab " * 10, 0.27)
