@@ -30,10 +30,40 @@ def parse_line(line: bytes | str) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
+def _parse_all(lines: list[bytes]) -> list[dict[str, Any] | None]:
+    """``parse_line`` of each line, faster: the lines are decoded as one text and each is
+    parsed in place; a line that does not parse whole that way goes through
+    ``parse_line`` itself, so the result is the same (a replay of a long journal spends
+    far less time in the parser)."""
+    try:
+        text = b"\n".join(lines).decode("utf-8")
+    except UnicodeDecodeError:
+        return [parse_line(line) for line in lines]
+    out: list[dict[str, Any] | None] = []
+    pos = 0
+    for line in lines:
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        try:
+            value, stop = _RAW_DECODE(text, _SPACE.match(text, pos, end).end())  # type: ignore[union-attr]
+        except (ValueError, RecursionError):
+            stop = -1
+        if stop < 0 or stop > end or text[stop:end].strip(_JSON_SPACE):
+            out.append(parse_line(line))
+        else:
+            out.append(value if isinstance(value, dict) else None)
+        pos = end + 1
+    return out
+
+
 def reject_constant(name: str) -> Any:
     """For ``json.loads(parse_constant=…)``: NaN and Infinity are not JSON."""
     raise ValueError(f"{name} is not JSON")
 
+
+_RAW_DECODE = json.JSONDecoder(parse_constant=reject_constant).raw_decode
+_SPACE = re.compile(r"[ \t\r]*")  # JSON's whitespace within a line
+_JSON_SPACE = " \t\r"
 
 log = logging.getLogger("context_window.storage")
 
@@ -429,11 +459,11 @@ class Journal:
         self._tail = data[-_TAIL_BYTES:]
         if end < len(data):
             self.skipped += 1
+        lines = [x for x in data[:end].split(b"\n")[:-1] if x.strip() and x != _CLOSED]
+        del data
+        parsed = _parse_all(lines)
         records: list[dict[str, Any]] = []
-        for line in data[:end].split(b"\n")[:-1]:
-            if not line.strip() or line == _CLOSED:
-                continue
-            rec = parse_line(line)
+        for rec in parsed:
             if rec is None:
                 self.skipped += 1
             elif rec.get("kind") != REWRITE:

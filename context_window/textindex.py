@@ -216,7 +216,9 @@ class MemoryIndex:
         """
         base = len(self._doc_len)
         ids = np.empty(len(vocabulary), dtype=np.int64)
-        for k, word in enumerate(vocabulary):
+        # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
+        for k in np.unique(term).tolist():
+            word = vocabulary[k]
             tid = self._term_ids.get(word)
             if tid is None:
                 tid = self._term_ids[word] = len(self._post_docs)

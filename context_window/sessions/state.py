@@ -65,6 +65,7 @@ class SessionState:
         # flags change, so the session's counts cost O(entries with an expiry), not O(n).
         self.totals = [0] * len(_TALLY)
         self.timed: set[int] = set()  # positions with a finite expiry time
+        self.counted = 0  # positions below it are in ``totals`` (unless timed)
         self.max_seq = 0
         self.orphans = 0  # patches for unknown entries
         self.skipped = 0  # records that are not a valid entry or patch
@@ -74,9 +75,32 @@ class SessionState:
         for eid, rec in self.records.items():
             rec["tokens"] = self.costs[self.pos[eid]] = self.counter.count(rec["text"])
         self.totals = [0] * len(_TALLY)
-        for i in range(len(self.order)):
-            if i not in self.timed:
-                self._count(i, 1)
+        self.counted = 0
+        self._count_new()
+
+    def _count_new(self) -> None:
+        """Add the positions from ``counted`` on (those without expiry) to ``totals``, at once."""
+        a, b = self.counted, len(self.order)
+        if a >= b:
+            return
+        pinned, deleted, superseded = (
+            np.frombuffer(bytes(self.flags[k][a:b]), dtype=np.bool_)
+            for k in ("pinned", "deleted", "superseded")
+        )
+        untimed = np.ones(b - a, dtype=np.bool_)
+        untimed[[i - a for i in self.timed if i >= a]] = False
+        live = untimed & ~deleted & ~superseded
+        sums = (
+            live,
+            untimed & superseded & ~deleted,
+            untimed & deleted,
+            live & pinned,
+            np.zeros(0, dtype=np.bool_),  # nothing without an expiry expires
+        )
+        for k, mask in enumerate(sums):
+            self.totals[k] += int(np.count_nonzero(mask))
+        self.totals[5] += int(np.array(self.costs[a:b], dtype=np.int64)[live].sum())
+        self.counted = b
 
     def tally(self, i: int, now: float) -> tuple[int, ...]:
         """Position ``i``'s share of each count in ``_TALLY`` at time ``now``."""
@@ -135,19 +159,20 @@ class SessionState:
             else:
                 self.skipped += 1
         if len(texts) >= BATCH_INDEX:  # a replay: count terms vectorized, a batch at a time
+            counter = TermCounter(self.analyzer)
             start = 0
             while start < len(texts):  # batches bound the counting's temporary arrays
                 end, size = start, 0
                 while end < len(texts) and (end == start or size < BATCH_CHARS):
                     size += len(texts[end])
                     end += 1
-                counter = TermCounter(self.analyzer)  # a batch's own vocabulary
                 t = counter.count(texts[start:end])
                 self.index.add_many(t.chunk, t.term, t.tf, t.lengths, list(counter.vocab))
                 start = end
         else:
             for text in texts:
                 self.index.add(self.analyzer.counts(text))
+        self._count_new()
 
     def _add_entry(self, rec: dict[str, Any], texts: list[str]) -> None:
         if entry_problem(rec) is not None or rec["id"] in self.records:
@@ -186,10 +211,9 @@ class SessionState:
         self.expires.append(math.inf if state["expires_at"] is None else state["expires_at"])
         for key, flags in self.flags.items():
             flags.append(state[key])
-        if state["expires_at"] is None:
-            self._count(len(self.order) - 1, 1)
-        else:
-            self.timed.add(len(self.order) - 1)
+        if state["expires_at"] is not None:
+            self.timed.add(len(self.order) - 1)  # counted per call (see counts); the rest
+            # are added to the totals in one step after the records are applied
         texts.append(text + " " + " ".join(tags))
         self.max_seq = max(self.max_seq, seq)
         for old in replaces:
@@ -217,7 +241,7 @@ class SessionState:
         self.records[eid][key] = value
         if self.flags[key][i] == value:
             return
-        counted = i not in self.timed
+        counted = i < self.counted and i not in self.timed
         if counted:
             self._count(i, -1)
         self.flags[key][i] = value

@@ -15,7 +15,14 @@ import pytest
 from context_window.errors import InvalidInput
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import Journal, check_id, new_id, read_json, write_json_atomic
+from context_window.storage import (
+    Journal,
+    check_id,
+    new_id,
+    parse_line,
+    read_json,
+    write_json_atomic,
+)
 from context_window.tokens import TokenCounter
 
 
@@ -423,3 +430,31 @@ def test_processes_appending_concurrently_never_interleave(tmp_path: Path) -> No
     assert session.stats().skipped_lines == 0
     hit = session.recall("p3 item 199", 200, limit=1).entries
     assert [e.text.startswith("p3 item 199") for e in hit] == [True]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"a": 1}, {"b": 2}',  # two values on one line: not one record
+        b'"just a string"',
+        b"[1, 2]",
+        b'{"x": NaN}',
+        b"[" * 5000,
+        b'{"t": "\xff\xfe"}',  # not UTF-8
+        b"{truncated",
+    ],
+)
+def test_a_journal_parsed_at_once_reads_as_line_by_line(tmp_path: Path, bad: bytes) -> None:
+    # A replay parses all its lines as one JSON array when that yields one object per
+    # line; any line that would not parse alone must read exactly as it does alone.
+    good = [
+        json.dumps({"kind": "entry", "id": f"e{i}", "text": f"t {i}"}).encode() for i in range(5)
+    ]
+    lines = [good[0], good[1], bad, good[2], b"[1", b"2]", good[3], good[4]]
+    path = tmp_path / "entries.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    records, skipped = read_all(path)
+    alone = [parse_line(x) for x in lines]
+    assert records == [r for r in alone if r is not None]
+    assert skipped == sum(r is None for r in alone)
+    assert [r["id"] for r in records] == ["e0", "e1", "e2", "e3", "e4"]
