@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -265,6 +266,17 @@ def _unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True)
+class JournalPosition:
+    """How far a journal was read: the offset, the file's first bytes and the bytes just
+    before the offset (which identify the file and the offset), and the lines skipped."""
+
+    offset: int
+    head: bytes
+    tail: bytes
+    skipped: int
+
+
 class Journal:
     """An append-only JSONL file shared by processes: whole-line writes under an OS lock.
 
@@ -358,6 +370,30 @@ class Journal:
                 self.generation += 1
             self._ident, self._head = ident, head
             return fd
+
+    @property
+    def offset(self) -> int:
+        """How far the file has been read."""
+        return self._offset
+
+    def position(self) -> JournalPosition:
+        """Where reading stands, for :meth:`resume` in another process; under :meth:`locked`."""
+        assert self._fd is not None, "position needs the lock"
+        return JournalPosition(self._offset, self._head, self._tail, self.skipped)
+
+    def resume(self, at: JournalPosition) -> bool:
+        """Go on reading from ``at`` (a position this file had) if the file still starts
+        with the same bytes and holds the same bytes just before that offset; False,
+        changing nothing, when it does not (a rewrite, a truncation, another file)."""
+        assert self._fd is not None, "resume needs the lock"
+        if self._offset or at.offset < len(at.tail) or os.fstat(self._fd).st_size < at.offset:
+            return False
+        if not at.head or os.pread(self._fd, len(at.head), 0) != at.head:
+            return False
+        if os.pread(self._fd, len(at.tail), at.offset - len(at.tail)) != at.tail:
+            return False
+        self._offset, self._tail, self.skipped = at.offset, at.tail, at.skipped
+        return True
 
     def changed(self) -> bool:
         """Whether the file holds bytes not yet read, or was replaced (cheap stat, no lock)."""

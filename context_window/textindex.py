@@ -16,6 +16,7 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +61,12 @@ class QueryLimits:
 
     max_chars: int = MAX_QUERY_CHARS
     max_terms: int = MAX_QUERY_TERMS
+
+
+FOLD_POSTINGS = 65_536  # postings added before a MemoryIndex merges them into its base
+# Bumped whenever ``Analyzer`` turns a text into other terms: state saved with the
+# terms of an older analyzer (a session snapshot) is then built again from the text.
+ANALYZER_VERSION = 1
 
 
 class Analyzer:
@@ -159,14 +166,23 @@ def term_scores(
 
 
 class MemoryIndex:
-    """An append-only in-memory inverted index; documents are numbered 0..n-1."""
+    """An append-only in-memory inverted index; documents are numbered 0..n-1.
+
+    Postings live in two parts: a *base* of flat arrays (term t's documents are
+    ``base_docs[base_off[t]:base_off[t + 1]]``, as a snapshot stores them) and, for
+    what was added since, a small array per term. ``_fold`` merges the second into
+    the first once it grows, so a long session costs 8 bytes a posting, not an object
+    per term, and a snapshot is read back without building one.
+    """
 
     def __init__(self) -> None:
         self._term_ids: dict[str, int] = {}
-        # Postings as compact arrays of uint32 (8 bytes a posting, not ~70 as Python ints
-        # in lists): a session of 100k entries holds millions of them.
-        self._post_docs: list[array[int]] = []
-        self._post_tfs: list[array[int]] = []
+        self._base_off = np.zeros(1, dtype=np.int64)
+        self._base_docs = np.zeros(0, dtype=np.uint32)
+        self._base_tfs = np.zeros(0, dtype=np.uint32)
+        self._tail_docs: dict[int, array[int]] = {}
+        self._tail_tfs: dict[int, array[int]] = {}
+        self._tail_size = 0
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._doc_len: array[int] = array("I")
         self._total_len = 0
@@ -182,22 +198,34 @@ class MemoryIndex:
     def __len__(self) -> int:
         return len(self._doc_len)
 
+    def _tid(self, term: str) -> int:
+        tid = self._term_ids.get(term)
+        if tid is None:
+            tid = self._term_ids[term] = len(self._term_ids)
+        return tid
+
+    def _tail(self, tid: int) -> tuple[array[int], array[int]]:
+        docs = self._tail_docs.get(tid)
+        if docs is None:
+            docs = self._tail_docs[tid] = array("I")
+            self._tail_tfs[tid] = array("I")
+        return docs, self._tail_tfs[tid]
+
     def add(self, counts: dict[str, int]) -> int:
         """Index one document's term counts; return its number."""
         doc = len(self._doc_len)
         for term, tf in counts.items():
-            tid = self._term_ids.get(term)
-            if tid is None:
-                tid = self._term_ids[term] = len(self._post_docs)
-                self._post_docs.append(array("I"))
-                self._post_tfs.append(array("I"))
-            self._post_docs[tid].append(doc)
-            self._post_tfs[tid].append(tf)
+            tid = self._tid(term)
+            docs, tfs = self._tail(tid)
+            docs.append(doc)
+            tfs.append(tf)
+        self._tail_size += len(counts)
         length = sum(counts.values())
         self._doc_len.append(length)
         self._total_len += length
         if self._df is not None:
             self._pending.extend(map(self._term_ids.__getitem__, counts))
+        self._fold_if_large()
         return doc
 
     def add_many(
@@ -218,13 +246,7 @@ class MemoryIndex:
         ids = np.empty(len(vocabulary), dtype=np.int64)
         # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
         for k in np.unique(term).tolist():
-            word = vocabulary[k]
-            tid = self._term_ids.get(word)
-            if tid is None:
-                tid = self._term_ids[word] = len(self._post_docs)
-                self._post_docs.append(array("I"))
-                self._post_tfs.append(array("I"))
-            ids[k] = tid
+            ids[k] = self._tid(vocabulary[k])
         tids = ids[term]
         order = np.argsort(tids, kind="stable")  # by term; documents stay ascending
         sorted_tids = tids[order]
@@ -235,27 +257,113 @@ class MemoryIndex:
             firsts = np.concatenate(([0], cuts))
             lasts = np.concatenate((cuts, [len(order)])).tolist()
             for tid, a, b in zip(sorted_tids[firsts].tolist(), firsts.tolist(), lasts, strict=True):
-                self._post_docs[tid].frombytes(docs[a:b].tobytes())
-                self._post_tfs[tid].frombytes(tfs[a:b].tobytes())
+                tail_docs, tail_tfs = self._tail(tid)
+                tail_docs.frombytes(docs[a:b].tobytes())
+                tail_tfs.frombytes(tfs[a:b].tobytes())
+        self._tail_size += len(order)
         self._doc_len.frombytes(lengths.astype(np.uint32).tobytes())
         self._total_len += int(lengths.sum())
         if self._df is not None:
             self._pending.extend(tids.tolist())
+        self._fold_if_large()
+
+    def _fold_if_large(self) -> None:
+        """Merge the per-term arrays into the base once they hold an eighth of it."""
+        if self._tail_size > max(FOLD_POSTINGS, len(self._base_docs) // 8):
+            self._fold()
+
+    def _fold(self) -> None:
+        """Merge the per-term arrays into the base arrays (one stable sort by term)."""
+        if not self._tail_docs:
+            return
+        n_terms = len(self._term_ids)
+        base_sizes = np.diff(self._base_off)
+        tids = [*self._tail_docs]
+        tail_sizes = np.array([len(self._tail_docs[t]) for t in tids], dtype=np.int64)
+        term_of = np.concatenate(
+            (
+                np.repeat(np.arange(len(base_sizes), dtype=np.int64), base_sizes),
+                np.repeat(np.array(tids, dtype=np.int64), tail_sizes),
+            )
+        )
+        docs = np.concatenate(
+            (
+                self._base_docs,
+                np.frombuffer(b"".join(map(bytes, self._tail_docs.values())), dtype=np.uint32),
+            )
+        )
+        tfs = np.concatenate(
+            (
+                self._base_tfs,
+                np.frombuffer(b"".join(map(bytes, self._tail_tfs.values())), dtype=np.uint32),
+            )
+        )
+        order = np.argsort(term_of, kind="stable")  # base first, then tail: documents ascend
+        self._base_docs, self._base_tfs = docs[order], tfs[order]
+        self._base_off = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_of, minlength=n_terms), out=self._base_off[1:])
+        self._tail_docs, self._tail_tfs, self._tail_size = {}, {}, 0
+
+    def _sizes(self) -> npt.NDArray[np.int64]:
+        """How many documents hold each term (its posting count), by term number."""
+        out = np.zeros(len(self._term_ids), dtype=np.int64)
+        base = np.diff(self._base_off)
+        out[: len(base)] = base
+        for tid, docs in self._tail_docs.items():
+            out[tid] += len(docs)
+        return out
+
+    def export(self) -> tuple[list[str], dict[str, npt.NDArray[Any]]]:
+        """The index as its terms (in number order) and flat arrays, for ``restore``."""
+        self._fold()
+        offsets = np.zeros(len(self._term_ids) + 1, dtype=np.int64)
+        offsets[: len(self._base_off)] = self._base_off
+        offsets[len(self._base_off) :] = self._base_off[-1]
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "offsets": offsets,
+            "docs": self._base_docs,
+            "tfs": self._base_tfs,
+            "doc_len": np.frombuffer(bytes(self._doc_len), dtype=np.uint32),
+        }
+        return list(self._term_ids), arrays
+
+    @classmethod
+    def restore(cls, terms: list[str], arrays: dict[str, npt.NDArray[Any]]) -> MemoryIndex:
+        """The index ``export`` gave (ValueError if the parts do not fit together)."""
+        offsets = arrays["offsets"].astype(np.int64)
+        docs, tfs = arrays["docs"].astype(np.uint32), arrays["tfs"].astype(np.uint32)
+        doc_len = arrays["doc_len"].astype(np.uint32)
+        if len(offsets) != len(terms) + 1 or len(docs) != len(tfs) or int(offsets[-1]) != len(docs):
+            raise ValueError("index arrays do not fit together")
+        if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+            raise ValueError("index offsets do not ascend")
+        if len(docs) and int(docs.max()) >= len(doc_len):
+            raise ValueError("a posting names a document past the end")
+        out = cls()
+        out._term_ids = {t: i for i, t in enumerate(terms)}
+        if len(out._term_ids) != len(terms):
+            raise ValueError("a term is listed twice")
+        out._base_off, out._base_docs, out._base_tfs = offsets, docs, tfs
+        out._doc_len = array("I", doc_len.tobytes())
+        out._total_len = int(doc_len.sum(dtype=np.int64))
+        return out
 
     def _postings(self, tid: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        docs = self._post_docs[tid]
+        tail = self._tail_docs.get(tid)
+        size = len(tail) if tail is not None else 0
+        if tid + 1 < len(self._base_off):
+            a, b = int(self._base_off[tid]), int(self._base_off[tid + 1])
+        else:
+            a = b = 0
+        total = b - a + size
         cached = self._cache.get(tid)
-        if cached is None:
-            cached = (len(docs), np.array(docs, dtype=np.int64), np.array(self._post_tfs[tid]))
-            self._cache[tid] = cached
-        elif cached[0] != len(docs):  # postings only grow: convert just the new tail
-            old = cached[0]
-            cached = (
-                len(docs),
-                np.concatenate((cached[1], np.array(docs[old:], dtype=np.int64))),
-                np.concatenate((cached[2], np.array(self._post_tfs[tid][old:]))),
-            )
-            self._cache[tid] = cached
+        if cached is None or cached[0] != total:
+            docs = self._base_docs[a:b].astype(np.int64)
+            tfs = self._base_tfs[a:b].astype(np.int64)
+            if size:
+                docs = np.concatenate((docs, np.array(tail, dtype=np.int64)))
+                tfs = np.concatenate((tfs, np.array(self._tail_tfs[tid], dtype=np.int64)))
+            cached = self._cache[tid] = (total, docs, tfs)
         return cached[1], cached[2]
 
     def _corpus_stats(self) -> tuple[float, npt.NDArray[np.int64]]:
@@ -263,9 +371,9 @@ class MemoryIndex:
         n = len(self._doc_len)
         if self._stats is not None and self._stats[0] == n:
             return self._stats[1], self._stats[2]
-        terms = len(self._post_docs)
+        terms = len(self._term_ids)
         if self._stats is None or self._df is None:
-            df = np.fromiter(map(len, self._post_docs), dtype=np.int64, count=terms)
+            df = self._sizes()
             doc_len = np.array(self._doc_len, dtype=np.int64)
         else:
             df = self._df
@@ -328,17 +436,14 @@ class MemoryIndex:
         Appends never change it: new documents are not excluded, so the cache only
         has to grow to the new vocabulary.
         """
-        terms = len(self._post_docs)
+        terms = len(self._term_ids)
         key = (len(gone), hash(gone.tobytes()))
         cached = self._excluded
         if cached is None or cached[0] != key:
-            tids = np.repeat(
-                np.arange(terms, dtype=np.int32),
-                np.fromiter(map(len, self._post_docs), dtype=np.int64, count=terms),
-            )
-            joined = b"".join(map(bytes, self._post_docs))
-            docs = np.frombuffer(joined, dtype=np.uint32).astype(np.int64)
-            df_out = np.bincount(tids[exclude[docs]], minlength=terms).astype(np.int64)
+            self._fold()
+            tids = np.repeat(np.arange(len(self._base_off) - 1), np.diff(self._base_off))
+            hit = exclude[self._base_docs.astype(np.int64)]
+            df_out = np.bincount(tids[hit], minlength=terms).astype(np.int64)
             cached = self._excluded = (key, df_out)
         df_out = cached[1]
         if len(df_out) < terms:

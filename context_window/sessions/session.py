@@ -16,6 +16,7 @@ it where its content happened, not after the entries that were kept.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -48,15 +49,19 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.packing import pack
+from context_window.sessions import snapshot
 from context_window.sessions.state import SessionState
-from context_window.storage import Journal, new_id
+from context_window.storage import Journal, JournalPosition, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
+
+log = logging.getLogger("context_window")
 
 MAX_TEXT_CHARS = 200_000
 MAX_TAGS = 10
 MAX_TAG_CHARS = 40
 MAX_TTL_DAYS = 36_500
+SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
 # A compaction folds at most this many tokens of originals (the oldest first): one call
 # stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
 FOLD_TOKENS = 30_000
@@ -136,6 +141,7 @@ class Session:
         limits: QueryLimits | None = None,
         *,
         analyzer: Analyzer | None = None,
+        snapshot_after: int | None = SNAPSHOT_AFTER,
     ) -> None:
         self.dir = directory
         self.meta = meta
@@ -143,6 +149,10 @@ class Session:
         self.clock = clock
         self.journal = Journal(directory / "entries.jsonl")
         self._analyzer = analyzer or Analyzer(limits)
+        # Save a snapshot once this many records were replayed past the last one (None:
+        # never, as for a session opened read-only; one that fits is read all the same).
+        self.snapshot_after = snapshot_after
+        self.from_snapshot = 0  # entries the first read took from a snapshot, not the journal
         self._clear()
         self.repairs: list[str] = []  # what opening the session had to mend, for status
 
@@ -151,6 +161,8 @@ class Session:
         self._state = SessionState(self.counter, self._analyzer)
         self._ratio_seen = self.counter.ratio
         self._generation = self.journal.generation
+        self._unsaved = 0  # records applied since the last snapshot (or since it was read)
+        self._due: JournalPosition | None = None  # a snapshot to save, as of this position
 
     @property
     def id(self) -> str:
@@ -170,13 +182,45 @@ class Session:
         if self.counter.ratio != self._ratio_seen:  # calibration changed the ratio
             self._ratio_seen = self.counter.ratio
             self._state.recount()
+        if self._due is not None:  # after the lock: other processes may append meanwhile
+            self._save_snapshot(self._due)
 
     def _catch_up(self) -> None:
-        """Apply what was appended since the last read (under the lock); replay a rewritten log."""
+        """Apply what was appended since the last read (under the lock); replay a rewritten log.
+
+        A first read starts from the snapshot, when there is one that this journal
+        still matches: then only what was appended after it is replayed.
+        """
+        if self.journal.offset == 0 and not self._state.order:
+            loaded = snapshot.load(self.dir, self.counter, self._analyzer)
+            if loaded is not None and self.journal.resume(loaded.position):
+                self._state, self._ratio_seen = loaded.state, loaded.ratio
+                self.from_snapshot = len(loaded.state.order)
         records = self.journal.read_new()
         if self.journal.generation != self._generation:  # purged by some process
             self._clear()
         self._state.apply(records)
+        self._unsaved += len(records)
+        if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
+            self._due = self.journal.position()
+
+    def save_snapshot(self) -> None:
+        """Save a snapshot of the state now (OSError if it cannot be written)."""
+        with self.journal.locked():
+            self._catch_up()
+            at = self.journal.position()
+        self._due = None
+        snapshot.save(self.dir, self._state, at, self._ratio_seen)
+        self._unsaved = 0
+
+    def _save_snapshot(self, at: JournalPosition) -> None:
+        """Save the state as of ``at``; a failure only costs the next process a replay."""
+        self._due = None
+        try:
+            snapshot.save(self.dir, self._state, at, self._ratio_seen)
+            self._unsaved = 0
+        except OSError as exc:
+            log.info("no snapshot for session %r: %s", self.id, exc)
 
     def _entry(self, eid: str, now: float | None = None) -> Entry:
         return self._state.entry(eid, self.clock() if now is None else now)
@@ -573,6 +617,7 @@ class Session:
             result = Purged(tuple(sorted(gone)), patches, unreadable, len(kept), folded)
             if not dry_run:
                 self.journal.rewrite(kept)
+                snapshot.remove(self.dir)  # it reflects the journal before the rewrite
                 self._clear()
                 self._state.apply(kept)  # what was written, without reading it back
                 self._catch_up()

@@ -74,6 +74,10 @@ class SessionState:
         """Estimate every entry's tokens again (the token ratio changed)."""
         for eid, rec in self.records.items():
             rec["tokens"] = self.costs[self.pos[eid]] = self.counter.count(rec["text"])
+        self.count_all()
+
+    def count_all(self) -> None:
+        """Count every position again (after the arrays were replaced or recounted)."""
         self.totals = [0] * len(_TALLY)
         self.counted = 0
         self._count_new()

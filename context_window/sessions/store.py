@@ -20,7 +20,7 @@ from typing import Any
 from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.localtime import time_or_none
 from context_window.models import SessionInfo, SessionPage
-from context_window.sessions.session import Clock, Session, updated_time
+from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session, updated_time
 from context_window.storage import (
     check_id,
     new_id,
@@ -53,6 +53,7 @@ class SessionStore:
         clock: Clock = time.time,
         limits: QueryLimits | None = None,
         max_open: int = MAX_OPEN_SESSIONS,
+        snapshot_after: int | None = SNAPSHOT_AFTER,
     ) -> None:
         self.root = data_dir / "sessions"
         self.counter = counter
@@ -64,6 +65,7 @@ class SessionStore:
         self._open: OrderedDict[str, Session] = OrderedDict()
         self._open_guard = threading.Lock()
         self.max_open = max_open
+        self.snapshot_after = snapshot_after
         self._metas: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}  # for page()
 
     def _cached(self, sid: str) -> Session | None:
@@ -144,7 +146,14 @@ class SessionStore:
         meta["id"] = sid
         session = self._cached(sid)
         if session is None:
-            session = Session(directory, meta, self.counter, self.clock, analyzer=self.analyzer)
+            session = Session(
+                directory,
+                meta,
+                self.counter,
+                self.clock,
+                analyzer=self.analyzer,
+                snapshot_after=self.snapshot_after,
+            )
             self._keep(session)
         else:
             session.meta = meta
@@ -181,7 +190,10 @@ class SessionStore:
             raise NotFound(f"no session {session_id!r} in {self.root.parent}", remedy=OPEN_SESSION)
         meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
         meta["id"] = session_id
-        session = Session(directory, meta, self.counter, self.clock, analyzer=self.analyzer)
+        # Read-only: a snapshot is read when it fits, never written.
+        session = Session(
+            directory, meta, self.counter, self.clock, analyzer=self.analyzer, snapshot_after=None
+        )
         session.refresh()
         return session
 

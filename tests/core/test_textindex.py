@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from context_window.textindex import STOP_WORDS, Analyzer, MemoryIndex
+from context_window.textindex import FOLD_POSTINGS, STOP_WORDS, Analyzer, MemoryIndex
 
 
 def reference(corpus: list[list[str]], query: list[str]) -> np.ndarray:
@@ -211,3 +212,41 @@ def test_excluded_documents_leave_the_statistics(name: str) -> None:
     assert np.allclose(
         index.scores(query, exclude=np.zeros(len(corpus), bool)), ours(corpus, query)
     )
+
+
+def test_folded_and_restored_index_scores_as_rank_bm25() -> None:
+    # Postings added one document at a time go to per-term arrays, merged into flat base
+    # arrays every FOLD_POSTINGS; a snapshot exports and restores the base. Scores (with
+    # and without excluded documents) must stay rank_bm25's through folds, exports and
+    # appends after a restore.
+    rng = random.Random(11)
+    words = [f"t{k}" for k in range(400)]
+    corpus = [[rng.choice(words) for _ in range(rng.randint(5, 60))] for _ in range(6_000)]
+    assert sum(len(set(d)) for d in corpus) > 2 * FOLD_POSTINGS  # several folds happen
+    queries = [["t1", "t7"], ["t399", "t0", "t0"], ["t42", "nosuch"]]
+    index = MemoryIndex()
+    for i, doc in enumerate(corpus):
+        index.add(dict(Counter(doc)))
+        if i in (100, 3_500):  # queries between folds: cached postings must follow
+            for q in queries:
+                assert np.allclose(index.scores(q), reference(corpus[: i + 1], q))
+    terms, arrays = index.export()
+    again = MemoryIndex.restore(terms, arrays)
+    more = [[rng.choice(words) for _ in range(20)] for _ in range(50)]
+    for doc in more:
+        again.add(dict(Counter(doc)))
+    every = corpus + more
+    exclude = np.zeros(len(every), dtype=np.bool_)
+    exclude[::7] = True
+    kept = [d for i, d in enumerate(every) if not exclude[i]]
+    for q in queries:
+        assert np.allclose(again.scores(q), reference(every, q))
+        expected = np.zeros(len(every))
+        expected[~exclude] = reference(kept, q)
+        assert np.allclose(again.scores(q, exclude=exclude), expected)
+    offsets = arrays["offsets"].copy()
+    offsets[3] = offsets[2] - 1
+    with pytest.raises(ValueError):
+        MemoryIndex.restore(terms, {**arrays, "offsets": offsets})
+    with pytest.raises(ValueError):
+        MemoryIndex.restore(terms[:-1], arrays)

@@ -1,0 +1,86 @@
+"""A process killed (SIGKILL) while it writes a session snapshot leaves the previous
+snapshot or none, never one that is used wrongly: the next process reads exactly what a
+replay of the journal gives."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from context_window.sessions.snapshot import SNAPSHOT
+from context_window.sessions.store import SessionStore
+from context_window.tokens import TokenCounter
+
+ENTRIES = 40_000
+CHILD = """
+import sys
+from pathlib import Path
+from context_window.sessions.store import SessionStore
+from context_window.tokens import TokenCounter
+s = SessionStore(Path(sys.argv[1]), TokenCounter(0.27), snapshot_after=None).get("big")
+print("replayed", flush=True)
+s.save_snapshot()
+print("saved", flush=True)
+"""
+
+
+def write_journal(data: Path, n: int) -> None:
+    folder = data / "sessions" / "big"
+    folder.mkdir(parents=True)
+    words = "parser socket timeout retry cache index token budget window chunk".split()
+    with (folder / "entries.jsonl").open("w", encoding="utf-8") as f:
+        for i in range(n):
+            text = f"note {i}: " + " ".join(words[(i * k) % len(words)] for k in range(1, 9))
+            rec = {"kind": "entry", "id": f"e{i:07d}", "seq": i + 1, "created_at": 1.7e9 + i}
+            f.write(json.dumps({**rec, "role": "note", "text": text}) + "\n")
+            if i % 1000 == 7:
+                f.write(json.dumps({"kind": "patch", "id": f"e{i:07d}", "pinned": True}) + "\n")
+    meta = {"id": "big", "title": "big", "created_at": 1.7e9, "updated_at": 1.7e9}
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def shown(data: Path) -> tuple[object, ...]:
+    s = SessionStore(data, TokenCounter(0.27), snapshot_after=None).get("big")
+    r = s.recall("parser window", 2_000)
+    return s.from_snapshot, s.stats(), [e.id for e in r.entries], r.scores, len(s.entries())
+
+
+def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_journal(data, ENTRIES)
+    folder = data / "sessions" / "big"
+    reference = tmp_path / "reference"
+    shutil.copytree(data, reference)
+    want = shown(reference)[1:]
+    rng = random.Random(7)
+    outcomes = {"none": 0, "torn write left a temp file": 0, "complete": 0}
+    for _ in range(8):
+        (folder / SNAPSHOT).unlink(missing_ok=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(data)], stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "replayed"
+        time.sleep(rng.uniform(0.0, 0.5))  # somewhere in the write, or before or after it
+        child.kill()
+        child.wait()
+        temps = list(folder.glob(f".{SNAPSHOT}.*.tmp"))
+        if (folder / SNAPSHOT).exists():
+            outcomes["complete"] += 1
+        elif temps:
+            outcomes["torn write left a temp file"] += 1
+        else:
+            outcomes["none"] += 1
+        got = shown(data)
+        assert got[1:] == want  # never a torn snapshot taken for the state
+        assert got[0] in (0, ENTRIES)  # read whole from a snapshot, or not at all
+    assert outcomes["torn write left a temp file"] >= 1, outcomes  # the kill hit the write
+    # The next save sweeps what killed writers left, and its snapshot is used.
+    s = SessionStore(data, TokenCounter(0.27), snapshot_after=None).get("big")
+    s.save_snapshot()
+    assert not list(folder.glob(f".{SNAPSHOT}.*.tmp"))
+    assert shown(data)[0] == ENTRIES and shown(data)[1:] == want

@@ -1,0 +1,183 @@
+"""Session snapshots: the state saved beside the journal is read back exactly as a replay
+would build it, and it is never trusted over the journal (stale, damaged, purged, other
+analyzer or format: the journal is replayed instead)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from context_window.sessions.session import Session
+from context_window.sessions.snapshot import SNAPSHOT
+from context_window.sessions.store import SessionStore
+from context_window.tokens import TokenCounter
+
+NOW = 1.9e9
+QUERIES = ["parser timeout", "cache", "deploy eu-west-1", "note 17", None]
+
+
+def build(data: Path, n: int = 300) -> None:
+    """A session with tags, pins, expiry, deletions and a compaction, written by one store."""
+    clock = [NOW]
+    store = SessionStore(data, TokenCounter(0.27), clock=lambda: clock[0], snapshot_after=None)
+    s = store.open("s")[0]
+    ids = []
+    for i in range(n):
+        ids.append(
+            s.append(
+                f"note {i}: {['parser timeout', 'cache miss', 'deploy eu-west-1', 'café'][i % 4]}",
+                tags=["t1"] if i % 5 == 0 else None,
+                pinned=i % 50 == 3,
+                ttl_days=0.5 if i % 9 == 0 else None,
+            ).id
+        )
+    for eid in ids[10:40:6]:
+        s.update(eid, deleted=True)
+    s.update(ids[7], pinned=True)
+    plan = s.plan_compaction(keep_recent=100)
+    s.commit_summary(plan, "summary of the early notes", "test")
+
+
+def state_of(s: Session) -> dict[str, object]:
+    """What a session shows: every entry, its counts, and recall for several queries."""
+    out: dict[str, object] = {
+        "entries": s.entries(include_hidden=True),
+        "stats": s.stats(),
+    }
+    for q in QUERIES:
+        for superseded in (False, True):
+            r = s.recall(q, 100_000, include_superseded=superseded, tags=None)
+            out[f"{q}/{superseded}"] = ([e.id for e in r.entries], r.scores, r.candidates)
+        r = s.recall(q, 100_000, tags=["t1"])
+        out[f"{q}/tags"] = ([e.id for e in r.entries], r.scores)
+    return out
+
+
+def replayed(data: Path, tmp: Path, ratio: float = 0.27) -> dict[str, object]:
+    """The state a replay from the journal alone gives (the snapshot left out)."""
+    copy = tmp / "replay-copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(data, copy, ignore=shutil.ignore_patterns(SNAPSHOT))
+    store = SessionStore(copy, TokenCounter(ratio), clock=lambda: NOW + 3600, snapshot_after=None)
+    s = store.get("s")
+    assert s.from_snapshot == 0
+    return state_of(s)
+
+
+def opened(data: Path, ratio: float = 0.27, after: int | None = 50) -> Session:
+    store = SessionStore(data, TokenCounter(ratio), clock=lambda: NOW + 3600, snapshot_after=after)
+    return store.get("s")
+
+
+def test_a_snapshot_gives_what_a_replay_gives(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    first = opened(data)
+    assert first.from_snapshot == 0 and (data / "sessions" / "s" / SNAPSHOT).is_file()
+    again = opened(data)
+    assert again.from_snapshot > 300  # the entries, the patches' effects, the summary
+    assert state_of(again) == state_of(first) == replayed(data, tmp_path)
+
+
+def test_what_was_appended_after_the_snapshot_is_replayed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    opened(data)  # saves the snapshot
+    writer = opened(data, after=None)
+    for i in range(30):
+        writer.append(f"later note {i} about the parser")
+    writer.update(writer.entries()[0].id, pinned=True)
+    again = opened(data)
+    assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
+    assert any("later note 29" in e.text for e in again.entries())
+
+
+def test_a_snapshot_is_ignored_after_a_purge_or_a_rewrite_in_place(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    folder = data / "sessions" / "s"
+    opened(data)
+    kept = (folder / SNAPSHOT).read_bytes()
+    s = opened(data)
+    s.purge()  # rewrites the journal without the deleted entries, drops the snapshot
+    assert not (folder / SNAPSHOT).exists()
+    (folder / SNAPSHOT).write_bytes(kept)  # a stale one, as another process might leave
+    again = opened(data)
+    assert again.from_snapshot == 0 and state_of(again) == replayed(data, tmp_path)
+    # The journal cut short in place (same file, fewer bytes than the snapshot covers).
+    opened(data)
+    journal = folder / "entries.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[: len(lines) // 2]))
+    cut = opened(data)
+    assert cut.from_snapshot == 0 and state_of(cut) == replayed(data, tmp_path)
+
+
+def _rewrite_npz(path: Path, change: dict[str, np.ndarray]) -> None:
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update(change)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+
+
+def _meta_with(path: Path, **changes: object) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(z["meta"].tobytes())
+    meta.update(changes)
+    return np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "garbage", "format", "analyzer", "short column", "bad postings", "empty"],
+)
+def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    data = tmp_path / "data"
+    build(data)
+    opened(data)
+    path = data / "sessions" / "s" / SNAPSHOT
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00garbage" * 1000)
+    elif damage == "format":
+        _rewrite_npz(path, {"meta": _meta_with(path, format=99)})
+    elif damage == "analyzer":
+        _rewrite_npz(path, {"meta": _meta_with(path, analyzer=-1)})
+    elif damage == "short column":
+        with np.load(path, allow_pickle=False) as z:
+            _rewrite_npz(path, {"costs": z["costs"][:-1]})
+    elif damage == "bad postings":
+        with np.load(path, allow_pickle=False) as z:
+            _rewrite_npz(path, {"ix_docs": z["ix_docs"] + 10**6})
+    else:
+        path.write_bytes(b"")
+    again = opened(data)
+    assert again.from_snapshot == 0 and state_of(again) == replayed(data, tmp_path)
+    assert opened(data).from_snapshot  # the replay saved a good one again
+
+
+def test_a_calibrated_ratio_recounts_a_snapshots_tokens(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    opened(data, ratio=0.27)
+    again = opened(data, ratio=0.4)
+    assert again.from_snapshot
+    assert state_of(again) == replayed(data, tmp_path, ratio=0.4)
+
+
+def test_reading_a_session_read_only_never_writes_a_snapshot(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    store = SessionStore(data, TokenCounter(0.27), snapshot_after=50)
+    store.read("s")
+    assert not (data / "sessions" / "s" / SNAPSHOT).exists()
+    opened(data)  # the server writes one; a read-only reader then uses it
+    assert store.read("s").from_snapshot
