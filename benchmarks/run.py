@@ -160,6 +160,7 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
         "many": scale_bench.bench_many_sessions(xdir / "many", scale.many_sessions),
         "big": scale_bench.bench_big_session_calls(xdir / "big", scale.big_session, 50),
         "compact": scale_bench.bench_compaction(xdir / "compact", scale.big_session),
+        "restart": scale_bench.bench_restart(xdir / "restart", scale.big_session),
         "docs": scale_bench.bench_many_documents(xdir / "docs", scale.many_documents, 40),
     }
 

@@ -168,12 +168,51 @@ def bench_many_documents(data_dir: Path, n: int, queries: int) -> dict[str, Any]
     return {"documents": n, "warm_ms": summary_ms(samples)["p50_ms"]}
 
 
+def open_once(data_dir: Path, session_id: str) -> dict[str, Any]:
+    """A server's first call on a session after a restart: open it and recall once."""
+    gc.collect()
+    before = _rss_mb()
+    service = Service(_settings(data_dir))
+    t0 = time.perf_counter()
+    session = service.sessions.get(session_id)
+    session.recall("parser timeout", 4000)
+    seconds = time.perf_counter() - t0
+    gc.collect()
+    out = {
+        "open_s": round(seconds, 2),
+        "rss_mb": round(_rss_mb() - before, 1),
+        "from_snapshot": getattr(session, "from_snapshot", 0),
+    }
+    if hasattr(session, "save_snapshot") and not (session.dir / "snapshot.npz").exists():
+        session.save_snapshot()  # a session under the server's threshold: save one anyway
+    return out
+
+
+def bench_restart(data_dir: Path, entries: int) -> dict[str, Any]:
+    """Open a session of ``entries`` entries in fresh processes: first with no snapshot
+    (a full replay, which saves one), then again (read from the snapshot)."""
+    sid = f"restart-{entries}"
+    write_session(data_dir, sid, session_texts(entries, seed=entries + 5))
+    out: dict[str, Any] = {"entries": entries}
+    for label in ("replay", "snapshot"):
+        cmd = [sys.executable, "-m", "benchmarks.scale", "open", str(data_dir), sid]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"opening {sid} failed:\n{proc.stderr[-3000:]}")
+        out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
 def main(argv: list[str]) -> int:
-    """``touch DATA N``: run ``touch_all`` and print its JSON."""
-    if argv[:1] != ["touch"] or len(argv) != 3:
-        sys.stderr.write("usage: python -m benchmarks.scale touch DATA_DIR N\n")
+    """``touch DATA N`` or ``open DATA SESSION``: run it and print its JSON."""
+    if argv[:1] == ["touch"] and len(argv) == 3:
+        result = touch_all(Path(argv[1]), int(argv[2]))
+    elif argv[:1] == ["open"] and len(argv) == 3:
+        result = open_once(Path(argv[1]), argv[2])
+    else:
+        sys.stderr.write("usage: python -m benchmarks.scale touch DATA_DIR N | open DATA_DIR ID\n")
         return 2
-    sys.stdout.write(json.dumps(touch_all(Path(argv[1]), int(argv[2]))) + "\n")
+    sys.stdout.write(json.dumps(result) + "\n")
     return 0
 
 

@@ -64,6 +64,10 @@ METRICS = {
     "scale.append_over_1k",
     "scale.status_over_1k",
     "scale.compact_ms",
+    "scale.restart_replay_s",
+    "scale.restart_snapshot_s",
+    "scale.restart_replay_rss_mb",
+    "scale.restart_snapshot_rss_mb",
     "scale.docs_search_warm_ms",
     "quality.loghub_first_line",
     "quality.meetings_doc_hit",
@@ -151,6 +155,8 @@ def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
     assert scale["many"]["sessions"] == 200 and scale["big"]["entries"] == 5_000
     assert scale["many"]["list"]["tokens"] < 1_000  # one page, not 200 lines
     assert scale["compact"]["folded"] >= 2 and scale["docs"]["documents"] == 30
+    assert scale["restart"]["replay"]["from_snapshot"] == 0
+    assert scale["restart"]["snapshot"]["from_snapshot"] == 5_000  # the quick run's session
     assert details["engines"]["grep"]["search"]["p50_ms"] > 0
     assert details["hostile"]["chars"] == 200_000  # the entry limit, even in a quick run
     life = details["lifecycle"]
