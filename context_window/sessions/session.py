@@ -51,7 +51,7 @@ from context_window.models import (
 from context_window.packing import pack
 from context_window.sessions import snapshot
 from context_window.sessions.state import SessionState
-from context_window.storage import Journal, JournalPosition, new_id
+from context_window.storage import Journal, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
 
@@ -162,7 +162,7 @@ class Session:
         self._ratio_seen = self.counter.ratio
         self._generation = self.journal.generation
         self._unsaved = 0  # records applied since the last snapshot (or since it was read)
-        self._due: JournalPosition | None = None  # a snapshot to save, as of this position
+        self._due = False  # a snapshot is to be saved when the journal lock is released
 
     @property
     def id(self) -> str:
@@ -182,8 +182,8 @@ class Session:
         if self.counter.ratio != self._ratio_seen:  # calibration changed the ratio
             self._ratio_seen = self.counter.ratio
             self._state.recount()
-        if self._due is not None:  # after the lock: other processes may append meanwhile
-            self._save_snapshot(self._due)
+        if self._due:  # not under the journal lock: other processes may append meanwhile
+            self._save_snapshot()
 
     def _catch_up(self) -> None:
         """Apply what was appended since the last read (under the lock); replay a rewritten log.
@@ -202,24 +202,27 @@ class Session:
         self._state.apply(records)
         self._unsaved += len(records)
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
-            self._due = self.journal.position()
+            self._due = True
 
     def save_snapshot(self) -> None:
-        """Save a snapshot of the state now (OSError if it cannot be written)."""
+        """Save a snapshot of the state now (OSError if it cannot be written).
+
+        The position is taken under the lock right after catching up, so the state
+        saved is exactly the journal up to it (this session's own writes included).
+        """
         with self.journal.locked():
             self._catch_up()
             at = self.journal.position()
-        self._due = None
+        self._due = False
         snapshot.save(self.dir, self._state, at, self._ratio_seen)
         self._unsaved = 0
 
-    def _save_snapshot(self, at: JournalPosition) -> None:
-        """Save the state as of ``at``; a failure only costs the next process a replay."""
-        self._due = None
+    def _save_snapshot(self) -> None:
+        """``save_snapshot``, where a failure only costs the next process a replay."""
         try:
-            snapshot.save(self.dir, self._state, at, self._ratio_seen)
-            self._unsaved = 0
-        except OSError as exc:
+            self.save_snapshot()
+        except (OSError, StorageError) as exc:  # a full disk, a lock held too long
+            self._due = False
             log.info("no snapshot for session %r: %s", self.id, exc)
 
     def _entry(self, eid: str, now: float | None = None) -> Entry:

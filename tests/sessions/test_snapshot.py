@@ -181,3 +181,21 @@ def test_reading_a_session_read_only_never_writes_a_snapshot(tmp_path: Path) -> 
     assert not (data / "sessions" / "s" / SNAPSHOT).exists()
     opened(data)  # the server writes one; a read-only reader then uses it
     assert store.read("s").from_snapshot
+
+
+def test_a_snapshot_saved_after_own_writes_reflects_exactly_its_position(tmp_path: Path) -> None:
+    # Session a catches up on another process's records inside an append (a snapshot is
+    # then due) and writes its own line; the snapshot saved next must hold exactly the
+    # journal up to its position: reopened, nothing is applied twice or counted skipped.
+    data = tmp_path / "data"
+    build(data, n=20)
+    a = opened(data)
+    b = opened(data, after=None)
+    for i in range(60):
+        b.append(f"from b {i}")
+    a.append("from a, after catching up")
+    a.update(a.entries()[-1].id, pinned=True)
+    a.recall("from", 1_000)  # the due snapshot is saved here
+    again = opened(data)
+    assert again.from_snapshot and again.stats().skipped_lines == 0
+    assert state_of(again) == replayed(data, tmp_path)
