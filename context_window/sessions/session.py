@@ -221,9 +221,9 @@ class Session:
         """``save_snapshot``, where a failure only costs the next process a replay."""
         try:
             self.save_snapshot()
-        except (OSError, StorageError) as exc:  # a full disk, a lock held too long
+        except Exception as exc:  # a full disk, a lock held too long: a cache, never fatal
             self._due = False
-            log.info("no snapshot for session %r: %s", self.id, exc)
+            log.warning("no snapshot for session %r: %s", self.id, exc)
 
     def _entry(self, eid: str, now: float | None = None) -> Entry:
         return self._state.entry(eid, self.clock() if now is None else now)

@@ -80,8 +80,8 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
     # The entries as columns: their texts in one UTF-8 blob cut by character counts.
     arrays: dict[str, npt.NDArray[Any]] = {
         "meta": _blob(meta),
-        "ids": np.frombuffer("\n".join(state.order).encode("utf-8"), dtype=np.uint8),
-        "texts": np.frombuffer("".join(texts).encode("utf-8"), dtype=np.uint8),
+        "ids": np.frombuffer(_encode("\n".join(state.order)), dtype=np.uint8),
+        "texts": np.frombuffer(_encode("".join(texts)), dtype=np.uint8),
         "text_chars": np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)),
         "roles": np.fromiter(
             (code[r["role"]] for r in records), dtype=np.uint8, count=len(records)
@@ -136,7 +136,16 @@ def remove(directory: Path) -> None:
 
 
 def _blob(value: Any) -> npt.NDArray[np.uint8]:
-    return np.frombuffer(json.dumps(value, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+    return np.frombuffer(json.dumps(value).encode("ascii"), dtype=np.uint8)
+
+
+def _encode(text: str) -> bytes:
+    # A hand-edited journal can hold a lone surrogate (JSON allows "\ud800"): kept as is.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
 
 
 def _json(arr: npt.NDArray[Any]) -> Any:
@@ -149,7 +158,7 @@ def _state(
     meta = _json(arrays["meta"])
     if meta.get("format") != FORMAT or meta.get("analyzer") != ANALYZER_VERSION:
         return None
-    ids = arrays["ids"].tobytes().decode("utf-8").split("\n") if len(arrays["ids"]) else []
+    ids = _decode(arrays["ids"].tobytes()).split("\n") if len(arrays["ids"]) else []
     n = len(ids)
     parts = [
         arrays[k]
@@ -157,7 +166,7 @@ def _state(
     ]
     if any(len(a) != n for a in parts) or len(arrays["ix_doc_len"]) != n:
         raise ValueError("its parts hold different numbers of entries")
-    text = arrays["texts"].tobytes().decode("utf-8")
+    text = _decode(arrays["texts"].tobytes())
     ends = np.cumsum(arrays["text_chars"].astype(np.int64)).tolist()
     if n and ends[-1] != len(text):
         raise ValueError("the texts do not add up")

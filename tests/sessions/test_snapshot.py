@@ -199,3 +199,16 @@ def test_a_snapshot_saved_after_own_writes_reflects_exactly_its_position(tmp_pat
     again = opened(data)
     assert again.from_snapshot and again.stats().skipped_lines == 0
     assert state_of(again) == replayed(data, tmp_path)
+
+
+def test_a_hand_edited_line_with_a_lone_surrogate_survives_a_snapshot(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data, n=60)
+    journal = data / "sessions" / "s" / "entries.jsonl"
+    with journal.open("ab") as f:  # JSON allows the escape; UTF-8 cannot encode it
+        f.write(b'{"kind":"entry","id":"odd1","seq":999,"created_at":1.9e9,"role":"note",')
+        f.write(b'"text":"half a pair \\ud800 here","tags":["t\\udfff"]}\n')
+    first = opened(data)
+    assert any("\ud800" in e.text for e in first.entries())
+    again = opened(data)
+    assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
