@@ -25,8 +25,59 @@ from context_window.tokens import TokenCounter
 
 # The counts kept per session (see ``SessionState.tally``).
 _TALLY = ("live", "superseded", "deleted", "pinned", "expired", "live_tokens")
+RECORD_FIELDS = (
+    "id",
+    "seq",
+    "created_at",
+    "role",
+    "text",
+    "tokens",
+    "tags",
+    "pinned",
+    "deleted",
+    "superseded",
+    "replaces",
+    "expires_at",
+)
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
 BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries are ~10x)
+
+
+class Record:
+    """One entry's replayed fields, read and set as a dict's (``rec["text"]``,
+    ``Entry(**rec)``) but in a twelfth of a dict's memory: a session holds a million."""
+
+    __slots__ = RECORD_FIELDS
+
+    def __init__(
+        self,
+        id: str,
+        seq: int,
+        created_at: float,
+        role: str,
+        text: str,
+        tokens: int,
+        tags: tuple[str, ...],
+        pinned: bool,
+        deleted: bool,
+        superseded: bool,
+        replaces: tuple[str, ...],
+        expires_at: float | None,
+    ) -> None:
+        self.id, self.seq, self.created_at, self.role = id, seq, created_at, role
+        self.text, self.tokens, self.tags, self.pinned = text, tokens, tags, pinned
+        self.deleted, self.superseded, self.replaces = deleted, superseded, replaces
+        self.expires_at = expires_at
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, value)
+
+    def keys(self) -> tuple[str, ...]:
+        """The field names (so ``**record`` passes them all)."""
+        return RECORD_FIELDS
 
 
 @dataclass(frozen=True)
@@ -51,7 +102,7 @@ class SessionState:
         self.counter = counter
         self.analyzer = analyzer
         self.index = MemoryIndex()
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Record] = {}
         self.order: list[str] = []  # entry ids by position in the index
         # Per position, mirrored from the records so recall works on arrays, not dicts.
         self.pos: dict[str, int] = {}
@@ -192,20 +243,20 @@ class SessionState:
         # A hand-edited time must not make the session unreadable: it reads as unknown.
         stamp = time_or_none(rec.get("created_at"))
         expires = time_or_none(rec.get("expires_at"))
-        state: dict[str, Any] = {
-            "id": eid,
-            "seq": seq,
-            "created_at": stamp if stamp is not None else 0.0,
-            "role": str(rec.get("role") or "note"),
-            "text": text,
-            "tokens": self.counter.count(text),
-            "tags": tags,
-            "pinned": bool(rec.get("pinned", False)),
-            "deleted": False,
-            "superseded": False,
-            "replaces": replaces,
-            "expires_at": expires,
-        }
+        state = Record(
+            eid,
+            seq,
+            stamp if stamp is not None else 0.0,
+            str(rec.get("role") or "note"),
+            text,
+            self.counter.count(text),
+            tags,
+            bool(rec.get("pinned", False)),
+            False,
+            False,
+            replaces,
+            expires,
+        )
         self.records[eid] = state
         self.pos[eid] = len(self.order)
         self.order.append(eid)
@@ -252,7 +303,7 @@ class SessionState:
         if counted:
             self._count(i, 1)
 
-    def expired(self, rec: dict[str, Any], now: float) -> bool:
+    def expired(self, rec: Record, now: float) -> bool:
         """Whether a record is past its expiry at ``now`` (pinned entries never are)."""
         return rec["expires_at"] is not None and rec["expires_at"] <= now and not rec["pinned"]
 

@@ -58,14 +58,23 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
     shutil.copytree(data, reference)
     want = shown(reference)[1:]
     rng = random.Random(7)
-    outcomes = {"none": 0, "torn write left a temp file": 0, "complete": 0}
-    for _ in range(8):
+
+    def start() -> tuple[subprocess.Popen[str], float]:
         (folder / SNAPSHOT).unlink(missing_ok=True)
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(data)], stdout=subprocess.PIPE, text=True
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "replayed"
-        time.sleep(rng.uniform(0.0, 0.5))  # somewhere in the write, or before or after it
+        return child, time.monotonic()
+
+    child, t0 = start()  # one save left alone: how long a save takes here
+    assert child.stdout is not None and child.stdout.readline().strip() == "saved"
+    save_s = time.monotonic() - t0
+    child.wait()
+    outcomes = {"none": 0, "torn write left a temp file": 0, "complete": 0}
+    for _ in range(12):
+        child, _ = start()
+        time.sleep(rng.uniform(0.3, 1.0) * save_s)  # mostly inside the file's write
         child.kill()
         child.wait()
         temps = list(folder.glob(f".{SNAPSHOT}.*.tmp"))
@@ -78,6 +87,8 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
         got = shown(data)
         assert got[1:] == want  # never a torn snapshot taken for the state
         assert got[0] in (0, ENTRIES)  # read whole from a snapshot, or not at all
+        if outcomes["torn write left a temp file"] >= 2:
+            break
     assert outcomes["torn write left a temp file"] >= 1, outcomes  # the kill hit the write
     # The next save sweeps what killed writers left, and its snapshot is used.
     s = SessionStore(data, TokenCounter(0.27), snapshot_after=None).get("big")
