@@ -50,7 +50,7 @@ from context_window.models import (
 )
 from context_window.packing import pack
 from context_window.sessions import snapshot
-from context_window.sessions.state import SessionState
+from context_window.sessions.state import SessionState, gc_paused
 from context_window.storage import Journal, new_id
 from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
@@ -196,10 +196,11 @@ class Session:
             if loaded is not None and self.journal.resume(loaded.position):
                 self._state, self._ratio_seen = loaded.state, loaded.ratio
                 self.from_snapshot = len(loaded.state.order)
-        records = self.journal.read_new()
-        if self.journal.generation != self._generation:  # purged by some process
-            self._clear()
-        self._state.apply(records)
+        with gc_paused():  # a replay creates a dict per line: none of it is garbage
+            records = self.journal.read_new()
+            if self.journal.generation != self._generation:  # purged by some process
+                self._clear()
+            self._state.apply(records)
         self._unsaved += len(records)
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
             self._due = True

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window.sessions.state import Record, SessionState
+from context_window.sessions.state import Record, SessionState, gc_paused
 from context_window.storage import JournalPosition
 from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
@@ -122,7 +122,8 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        return _state(arrays, counter, analyzer)
+        with gc_paused():
+            return _state(arrays, counter, analyzer)
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
         log.warning(
             "ignoring the snapshot of session %r (%s); replaying its journal", directory.name, exc

@@ -8,8 +8,11 @@ and replaces it when the journal is rewritten.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,22 @@ RECORD_FIELDS = (
 )
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
 BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries are ~10x)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a replay or a snapshot creates its objects.
+
+    Building a million records would otherwise run full collections over everything
+    built so far, again and again; none of these objects are garbage.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Record:
@@ -187,6 +206,13 @@ class SessionState:
 
     def apply(self, records: list[dict[str, Any]]) -> None:
         """Apply journal records in order; count what cannot be applied."""
+        if len(records) >= BATCH_INDEX:
+            with gc_paused():
+                self._apply(records)
+        else:
+            self._apply(records)
+
+    def _apply(self, records: list[dict[str, Any]]) -> None:
         texts: list[str] = []  # of new entries, in position order, indexed below
         for rec in records:
             kind = rec.get("kind")
