@@ -181,8 +181,8 @@ class Scorer:
     Only the words that can yield a query term are analysed: those holding one of
     the query's ``prefilter`` keys, found by one scan of the lowercased text. Each
     distinct raw word is analysed once (its query terms are remembered). A passage's
-    length is its count of whitespace-separated words, relative to the average of
-    the candidate passages.
+    length is its count of raw words (of whitespace-separated words for a line that
+    is only context), relative to the average of the candidate passages.
     """
 
     def __init__(
