@@ -1,9 +1,12 @@
-"""Scale benchmarks: many sessions (listing, memory), and per-call cost on a big session.
+"""Scale benchmarks: many sessions, a big session, many documents.
 
 Rows: ``context_list_sessions`` over N sessions (time and tokens of the answer, first
-call and warm), the server's memory after touching every one of N sessions once, and
-``context_append`` / ``context_status`` on a session of many entries against one of
-1,000 (a per-call cost that grows with the session shows as a ratio above 1).
+call and warm); the memory a fresh process holds after touching each of N sessions
+once; ``context_append`` / ``context_status`` on a session of many entries against one
+of 1,000 (a per-call cost that grows with the session shows as a ratio above 1); one
+``context_compact`` call on the big session; the first call after a restart on it,
+with and without a snapshot (time and memory, in fresh processes); and ``doc_search``
+over many small documents through an MCP client.
 """
 
 from __future__ import annotations
