@@ -266,6 +266,20 @@ def _unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def file_lock(path: Path, what: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """Hold the exclusive OS lock of the file ``path`` (made if missing); Busy after ``wait``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock_fd(fd, what, wait)
+        try:
+            yield
+        finally:
+            _unlock_fd(fd)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class JournalPosition:
     """How far a journal was read: the offset, the file's first bytes and the bytes just

@@ -205,8 +205,9 @@ class Session:
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
             self._due = True
 
-    def save_snapshot(self) -> None:
-        """Save a snapshot of the state now (OSError if it cannot be written).
+    def save_snapshot(self) -> bool:
+        """Save a snapshot of the state now; False when another process is saving one at
+        that moment (OSError if it cannot be written).
 
         The position is taken under the lock right after catching up, so the state
         saved is exactly the journal up to it (this session's own writes included).
@@ -215,8 +216,9 @@ class Session:
             self._catch_up()
             at = self.journal.position()
         self._due = False
-        snapshot.save(self.dir, self._state, at, self._ratio_seen)
+        saved = snapshot.save(self.dir, self._state, at, self._ratio_seen)
         self._unsaved = 0
+        return saved
 
     def _save_snapshot(self) -> None:
         """``save_snapshot``, where a failure only costs the next process a replay."""

@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from context_window.errors import Busy
 from context_window.sessions.state import Record, SessionState, gc_paused
-from context_window.storage import JournalPosition
+from context_window.storage import JournalPosition, file_lock
 from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
 
 SNAPSHOT = "snapshot.npz"
+LOCK = ".snapshot.lock"  # held while a snapshot is written
 FORMAT = 1
 _FLAGS = ("pinned", "deleted", "superseded")
 
@@ -50,8 +52,9 @@ class Loaded:
     ratio: float
 
 
-def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> None:
-    """Write ``state`` (as of ``position``) to ``directory/snapshot.npz`` atomically.
+def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> bool:
+    """Write ``state`` (as of ``position``) to ``directory/snapshot.npz`` atomically; False
+    when another process is saving one at the same moment (its own will do).
 
     OSError when it cannot be written (the caller logs it: a snapshot is optional).
     """
@@ -97,9 +100,20 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
         **{k: np.frombuffer(bytes(state.flags[k]), dtype=np.uint8) for k in _FLAGS},
         **{f"ix_{k}": v for k, v in index.items()},
     }
+    try:
+        with file_lock(directory / LOCK, f"the snapshot of session {directory.name!r}", 0):
+            _write(directory, arrays)
+    except Busy:
+        return False  # another process is saving one right now
+    return True
+
+
+def _write(directory: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """The snapshot's file, written beside it and renamed in; under the snapshot lock,
+    so the temporary files found here are those of killed writers."""
     for stale in directory.glob(f".{SNAPSHOT}.*.tmp"):
         with contextlib.suppress(OSError):
-            stale.unlink()  # left by a writer that was killed
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(prefix=f".{SNAPSHOT}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
