@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from context_window.errors import Busy, InvalidInput, StorageError
 
@@ -110,13 +111,13 @@ def new_id(prefix: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_text(path: Path) -> Iterator[TextIO]:
-    """A text file to write that appears at ``path`` only once complete: a temp file beside
-    it, fsync-ed and renamed when the block ends, removed if the block raises. Readers see
-    the old file or the new one, never half."""
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write that appears at ``path`` only once complete: a temp file
+    ``.<name>.<random>.tmp`` beside it, fsync-ed and renamed when the block ends,
+    removed if the block raises. Readers see the old file or the new one, never half."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -125,6 +126,17 @@ def atomic_text(path: Path) -> Iterator[TextIO]:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
         raise
+
+
+@contextlib.contextmanager
+def atomic_text(path: Path) -> Iterator[TextIO]:
+    """``atomic_file`` for UTF-8 text."""
+    with atomic_file(path) as raw:
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        try:
+            yield f
+        finally:
+            f.detach()  # flushes; atomic_file fsyncs and closes the binary file
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -264,6 +276,25 @@ def _unlock_fd(fd: int) -> None:
         import fcntl
 
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """(inode, mtime, size) of a file, or None when it cannot be read: what tells a file
+    replaced or rewritten since apart (every atomic write makes a new inode)."""
+    try:
+        st = os.stat(path)  # noqa: PTH116  (a string path: listings pay this per entry)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def subdirs(root: Path) -> list[str]:
+    """Names of the directories in ``root`` that are not hidden (none if it is missing)."""
+    try:
+        with os.scandir(root) as found:
+            return [e.name for e in found if not e.name.startswith(".") and e.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 @contextlib.contextmanager

@@ -301,9 +301,11 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
         sys.stderr.write(f"context-window: error: {exc}\n")
         return 2
     except OSError as exc:
+        from context_window.cli.doctor import CHOOSE_ANOTHER
+
         sys.stderr.write(
             f"context-window: error: cannot create data dir {settings.data_dir}: "
-            f"{exc.strerror} (--data-dir or CTX_DATA_DIR chooses another)\n"
+            f"{exc.strerror} ({CHOOSE_ANOTHER})\n"
         )
         return 2
     try:

@@ -195,9 +195,8 @@ class Scorer:
         self._wanted = set(query)
         self._expand = expand
         self._matches: dict[str, tuple[str, ...]] = {}
-        self.keys = prefilter(query)
         # Longest first, so a key that begins another does not hide it.
-        alternatives = sorted(self.keys, key=len, reverse=True)
+        alternatives = sorted(prefilter(query), key=len, reverse=True)
         self._key = re.compile("|".join(map(re.escape, alternatives)) or "(?!)")
         self.average = 0.0
 

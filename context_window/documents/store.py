@@ -13,7 +13,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import secrets
 import shutil
 import threading
@@ -60,12 +59,14 @@ from context_window.packing import fit_chunks, leading
 from context_window.storage import (
     Journal,
     check_id,
+    file_stamp,
     new_id,
     read_json,
     recover_replaced,
     replace_dir,
     replace_lock,
     storage_error,
+    subdirs,
     sweep_work,
     work_dir,
     write_json_atomic,
@@ -82,18 +83,6 @@ log = logging.getLogger("context_window")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    """(inode, mtime, size) of a file, or None: what tells a rewritten meta.json apart.
-
-    A string path, not a Path: listing hundreds of documents pays this per document.
-    """
-    try:
-        st = os.stat(path)  # noqa: PTH116
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _steady(
@@ -177,7 +166,7 @@ class DocumentStore:
         mtime or size: every write replaces it), so listing many documents costs a stat
         each."""
         path = f"{self.root}/{doc_id}/meta.json"
-        stamp = _stamp(path)
+        stamp = file_stamp(path)
         return None if stamp is None else self._parse(doc_id, path, stamp)
 
     def _parse(
@@ -198,12 +187,9 @@ class DocumentStore:
 
     def all(self) -> list[DocInfo]:
         """Every complete document, newest first (a stat of each meta.json when none changed)."""
-        try:
-            with os.scandir(self.root) as found:
-                names = [e.name for e in found if not e.name.startswith(".") and e.is_dir()]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        stamps = tuple((name, _stamp(f"{self.root}/{name}/meta.json")) for name in names)
+        stamps = tuple(
+            (name, file_stamp(f"{self.root}/{name}/meta.json")) for name in subdirs(self.root)
+        )
         listed = self._listed
         if listed is not None and listed[0] == stamps:
             return list(listed[1])
@@ -220,13 +206,7 @@ class DocumentStore:
 
     def unreadable(self) -> list[str]:
         """Ids of document directories ``all`` leaves out: no readable meta.json."""
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name
-            for p in self.root.iterdir()
-            if not p.name.startswith(".") and p.is_dir() and self._meta(p.name) is None
-        )
+        return sorted(name for name in subdirs(self.root) if self._meta(name) is None)
 
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""

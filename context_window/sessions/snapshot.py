@@ -18,8 +18,6 @@ import contextlib
 import json
 import logging
 import math
-import os
-import tempfile
 from array import array
 from dataclasses import dataclass
 from itertools import repeat
@@ -31,7 +29,7 @@ import numpy.typing as npt
 
 from context_window.errors import Busy
 from context_window.sessions.state import Record, SessionState, gc_paused
-from context_window.storage import JournalPosition, file_lock
+from context_window.storage import JournalPosition, atomic_file, file_lock
 from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
 
@@ -114,17 +112,8 @@ def _write(directory: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
     for stale in directory.glob(f".{SNAPSHOT}.*.tmp"):
         with contextlib.suppress(OSError):
             stale.unlink()
-    fd, tmp = tempfile.mkstemp(prefix=f".{SNAPSHOT}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(directory / SNAPSHOT)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
+    with atomic_file(directory / SNAPSHOT) as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]
 
 
 def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded | None:

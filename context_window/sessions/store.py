@@ -23,11 +23,13 @@ from context_window.models import SessionInfo, SessionPage
 from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session, updated_time
 from context_window.storage import (
     check_id,
+    file_stamp,
     new_id,
     read_json,
     recover_replaced,
     replace_dir,
     storage_error,
+    subdirs,
     sweep_work,
     work_dir,
     write_json_atomic,
@@ -103,11 +105,7 @@ class SessionStore:
 
     def ids(self) -> list[str]:
         """Ids of the sessions on disk."""
-        try:
-            with os.scandir(self.root) as found:
-                return sorted(e.name for e in found if e.is_dir() and not e.name.startswith("."))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        return sorted(subdirs(self.root))
 
     def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
         """Resume a session, or create it; returns (session, created)."""
@@ -250,13 +248,9 @@ class SessionStore:
         )
 
     def _info(self, sid: str) -> SessionInfo:
-        """A session's listing from its meta.json (cached by the file's size and mtime)."""
+        """A session's listing from its meta.json (cached by the file's ``file_stamp``)."""
         meta_path = self.root / sid / "meta.json"
-        try:
-            st = meta_path.stat()
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
+        stamp = file_stamp(meta_path)
         cached = self._metas.get(sid)
         if cached is not None and stamp is not None and cached[0] == stamp:
             meta = cached[1]
