@@ -149,21 +149,25 @@ def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
     (they are the tool's output schema), so a budget below the keys alone is exceeded.
     ``"cut": true`` marks a fitted answer. Lists are best first or in reading order, so
     what is dropped is what matters least or comes last."""
-    if count(_json(data)) <= budget:
-        return data
-    out: dict[str, Any] = {"cut": True, **data}
-    lists = [k for k, v in out.items() if isinstance(v, list) and v]
-    if lists:  # the common case, at the cost of one pass: keep the longest prefix that fits
-        key = max(lists, key=lambda k: len(_json(out[k]))) if len(lists) > 1 else lists[0]
+    lists = [k for k, v in data.items() if isinstance(v, list) and v]
+    # The common case, at the cost of one encoding of each item: keep the longest prefix
+    # of the longest list that fits (the JSON is assembled from the items' own).
+    key = max(lists, key=lambda k: len(_json(data[k]))) if len(lists) > 1 else None
+    if lists and key is None:
+        key = lists[0]
+    if key is None:
+        if count(_json(data)) <= budget:
+            return data
+        out: dict[str, Any] = {"cut": True, **data}
+    else:
+        items = [_json(item) for item in data[key]]
+        if count(_json_with(data, key, items)) <= budget:
+            return data
+        out = {"cut": True, **data}
         room = budget - count(_json({**out, key: []}))
-        kept: list[Any] = []
-        for item in out[key]:
-            room -= count(_json(item)) + 1
-            if room < 0:
-                break
-            kept.append(item)
-        out[key] = kept or out[key][:1]  # one item at least, cut to fit below
-        if count(_json(out)) <= budget:
+        kept = max(1, leading((count(item) + 1 for item in items), room))  # one at least
+        out[key] = data[key][:kept]  # cut to fit below if even that one is over
+        if count(_json_with(out, key, items[:kept])) <= budget:
             return out
     out = copy.deepcopy(out)
     for _ in range(_FIT_ROUNDS):
@@ -190,6 +194,18 @@ def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
 
 
 _FIT_ROUNDS = 200
+
+
+def _json_with(data: dict[str, Any], key: str, items: Sequence[str]) -> str:
+    """``_json(data)`` where ``data[key]`` is the list whose items encode as ``items``."""
+    keys = list(data)
+    at = keys.index(key)
+    head = _json({k: data[k] for k in keys[:at]})[:-1]  # "{..." without its brace
+    tail = _json({k: data[k] for k in keys[at + 1 :]})[1:]
+    return (
+        f"{head}{',' if at else ''}{_json(key)}:[{','.join(items)}]"
+        f"{',' if at + 1 < len(keys) else ''}{tail}"
+    )
 
 
 def _largest(node: Any) -> tuple[Any, Any, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import regex
@@ -12,6 +13,9 @@ from context_window.errors import InvalidInput
 WORD_WEIGHT = 1.35
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 _FIRST_CJK = "\u1100"  # no character below it is in _CJK (a test checks every code point)
+# Any character that could be CJK. The stdlib engine finds one (or none) several times
+# faster than max(text) walks a text: a middle dot or an accent alone makes text non-ASCII.
+_MAYBE_CJK = re.compile(f"[{_FIRST_CJK}-\U0010ffff]")
 _SAFETY = 1.04  # calibrated ratios are stored with this margin
 
 
@@ -19,8 +23,8 @@ def estimate(text: str, ratio: float) -> int:
     """Estimated tokens: ``ceil(cjk + max(other_chars * ratio, words * 1.35))``."""
     if not text:
         return 0
-    # The scan for CJK runs only when some character could be one: max() is far cheaper.
-    cjk = 0 if text.isascii() or max(text) < _FIRST_CJK else len(_CJK.findall(text))
+    # The scan for CJK runs only when some character could be one: that test is far cheaper.
+    cjk = 0 if text.isascii() or not _MAYBE_CJK.search(text) else len(_CJK.findall(text))
     other = len(text) - cjk
     words = len(text.split())
     return math.ceil(cjk + max(other * ratio, words * WORD_WEIGHT))

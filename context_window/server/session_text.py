@@ -136,10 +136,18 @@ class RecallText:
 RECALL = RecallText()
 
 
-def render_recall(rec: Recall, terse: bool = False, used: int | None = None) -> str:
+def recall_body(rec: Recall) -> str:
+    """context_recall's entries, best first, each under its label (the text below the header)."""
+    return "\n\n".join(f"{rec.labels.get(e.id) or recall_label(e)}\n{e.text}" for e in rec.entries)
+
+
+def render_recall(
+    rec: Recall, terse: bool = False, used: int | None = None, body: str | None = None
+) -> str:
     """context_recall's text: a header with counts and tokens, then entries best first.
 
-    ``used`` is the answer's own size for the header (default: what was packed).
+    ``used`` is the answer's own size for the header (default: what was packed);
+    ``body`` is ``recall_body(rec)`` when the caller has it already.
     """
     p = rec.packed
     header = recall_header(
@@ -154,8 +162,7 @@ def render_recall(rec: Recall, terse: bool = False, used: int | None = None) -> 
     )
     if not rec.entries:
         return header if terse else f"{header}\n{NOTHING_MATCHED}"
-    body = [f"{rec.labels.get(e.id) or recall_label(e)}\n{e.text}" for e in rec.entries]
-    return "\n\n".join([header, *body])
+    return f"{header}\n\n{recall_body(rec) if body is None else body}"
 
 
 def render_compaction(c: Compaction) -> str:

@@ -104,17 +104,28 @@ def entry_data(entry: Entry) -> dict[str, Any]:
     }
 
 
-_RECALL_KEYS = ("id", "created_at", "role", "text")  # always there; the rest when set
-_SIZES = ("seq", "tokens")  # left out: the text is there to measure
-
-
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
     """A recalled entry as structured content: flags and lists only when set, so the
-    structured answer stays near the size of the text one (both must fit the budget)."""
-    full = entry_data(entry)
-    out = {k: full[k] for k in _RECALL_KEYS}
-    out["score"] = score
-    out.update({k: v for k, v in full.items() if k not in _RECALL_KEYS and k not in _SIZES and v})
+    structured answer stays near the size of the text one (both must fit the budget).
+    (Its seq and tokens are left out: the text is there to measure.)"""
+    out: dict[str, Any] = {
+        "id": entry.id,
+        "created_at": entry.created_at,
+        "role": entry.role,
+        "text": entry.text,
+        "score": score,
+    }
+    optional = (
+        ("tags", list(entry.tags)),
+        ("pinned", entry.pinned),
+        ("deleted", entry.deleted),
+        ("superseded", entry.superseded),
+        ("replaced_by", list(entry.replaced_by)),
+        ("replaces", list(entry.replaces)),
+        ("expires_at", entry.expires_at),
+        ("expired", entry.expired),
+    )
+    out.update((k, v) for k, v in optional if v)
     return out
 
 
@@ -215,7 +226,8 @@ def appended(c: Changed) -> CallToolResult:
 def recalled(r: Recalled, count: Count) -> CallToolResult:
     """context_recall: the header states the answer's own size."""
     rec = r.recall
-    text, used = settle(lambda u: st.render_recall(rec, r.terse, u), r.budget, count)
+    body = st.recall_body(rec)  # rendered once: only the header's figure changes
+    text, used = settle(lambda u: st.render_recall(rec, r.terse, u, body), r.budget, count)
     data = {
         "session_id": r.session_id,
         "entries": [recalled_data(e, rec.scores.get(e.id, 0.0)) for e in rec.entries],

@@ -158,3 +158,20 @@ def test_structured_content_is_fitted_to_the_budget(budget: int) -> None:
 def test_data_within_the_budget_is_left_alone() -> None:
     data = {"hits": [{"id": "a", "text": "short"}], "query": "q"}
     assert fit_data(data, 1000, JSON_COUNT) is data
+
+
+def test_fit_data_measures_the_json_it_returns() -> None:
+    # The list's JSON is assembled from its items' own: the size must be the real one,
+    # wherever the list sits among the keys and whatever its strings hold.
+    for place in range(3):
+        keys = ["a", "b"]
+        keys.insert(place, "rows")
+        rows = [{"t": f'say "hi"\n{i} é · 東'} for i in range(30)]
+        data = {k: rows if k == "rows" else f"{k}\\" for k in keys}
+        full = JSON_COUNT(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        assert fit_data(data, full, JSON_COUNT) is data
+        out = fit_data(data, full - 1, JSON_COUNT)
+        assert out["cut"] is True and list(out)[1:] == keys
+        assert out["rows"] == rows[: len(out["rows"])] and len(out["rows"]) < 30
+        size = JSON_COUNT(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+        assert size <= full - 1

@@ -12,6 +12,7 @@ from context_window.errors import InvalidInput
 from context_window.tokens import (
     _CJK,
     _FIRST_CJK,
+    WORD_WEIGHT,
     TokenCounter,
     calibrated_ratio,
     estimate,
@@ -110,11 +111,15 @@ def test_token_counter_follows_calibration() -> None:
 
 
 def test_no_character_below_the_first_cjk_one_counts_as_cjk() -> None:
-    # estimate skips the CJK scan when max(text) < _FIRST_CJK: that is only sound if no
-    # code point below it matches the CJK class.
+    # estimate skips the CJK scan when no character is at or above _FIRST_CJK: that is
+    # only sound if no code point below it matches the CJK class.
     below = "".join(chr(c) for c in range(0x80, ord(_FIRST_CJK)) if not 0xD800 <= c < 0xE000)
     assert _CJK.findall(below) == []
     assert _CJK.match(_FIRST_CJK)
     accented = "naïve café Straße " * 50
     assert estimate(accented, 0.27) == estimate(accented.encode().decode(), 0.27)
     assert estimate("東京 " * 10, 0.27) > estimate("ab " * 10, 0.27)
+    # A middle dot makes text non-ASCII; the CJK after it is still counted.
+    mixed = "a · 東京 " * 10
+    other = len(mixed) - 20
+    assert estimate(mixed, 0.27) == math.ceil(20 + max(other * 0.27, 30 * WORD_WEIGHT))
