@@ -29,6 +29,7 @@ import asyncio
 import csv
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -240,11 +241,13 @@ def _p50_ms(samples: list[float]) -> float:
 async def latency(spec: dict[str, Any], data_dir: Path) -> dict[str, Any]:
     """p50 of context_recall on a session of many entries and of doc_search on a large log.
 
-    Both through the in-memory client, so the answer's rendering is timed too. The
-    session and the document are built in ``data_dir`` on the first call and reused,
-    so calls can alternate with another version's.
+    Through the in-memory client (the server's own cost, rendering included), then
+    through a real client over stdio to a server process of the same code (what a
+    model's client waits for). The session and the document are built in
+    ``data_dir`` on the first call and reused, so calls can alternate with another
+    version's.
     """
-    from mcp import Client
+    from mcp import Client, StdioServerParameters
 
     log = Path(spec["log"])
     out: dict[str, Any] = {}
@@ -261,26 +264,41 @@ async def latency(spec: dict[str, Any], data_dir: Path) -> dict[str, Any]:
                 res = await client.call_tool("doc_ingest", {"file_path": str(log), "doc_id": "big"})
                 out["ingest_s"] = round(time.perf_counter() - t0, 2)
                 assert not res.is_error, _text(res)
-            for tool, key, queries in (
-                ("context_recall", "recall_p50_ms", spec["session_queries"]),
-                ("doc_search", "search_p50_ms", spec["doc_queries"]),
-            ):
-                samples = []
-                for k, q in enumerate(queries):
-                    args = (
-                        {"session_id": "lat", "query": q}
-                        if tool == "context_recall"
-                        else {"query": q, "doc_id": "big"}
-                    )
-                    t0 = time.perf_counter()
-                    await client.call_tool(tool, args)
-                    if k >= 3:  # the first calls warm caches, as in a running server
-                        samples.append(time.perf_counter() - t0)
-                out[key] = _p50_ms(samples)
-        out["recall_entries"] = len(spec["entries"])
-        out["log_bytes"] = log.stat().st_size
+            out.update(await _timed_calls(client, spec, ""))
     finally:
         await service.aclose()
+    # The child imports whatever this process imports (PYTHONPATH is passed on).
+    args = ["-m", "context_window", "--no-llm", "--data-dir", str(data_dir)]
+    with tempfile.TemporaryDirectory(prefix="cw-latency-cwd-") as cwd:
+        env = dict(os.environ)  # the SDK passes on only a few variables by default
+        params = StdioServerParameters(command=sys.executable, args=args, cwd=cwd, env=env)
+        async with Client(params) as client:
+            out.update(await _timed_calls(client, spec, "stdio_"))
+    out["recall_entries"] = len(spec["entries"])
+    out["log_bytes"] = log.stat().st_size
+    return out
+
+
+async def _timed_calls(client: Any, spec: dict[str, Any], prefix: str) -> dict[str, float]:
+    """p50 of recall and of search over the spec's queries (the first three warm up)."""
+    out: dict[str, float] = {}
+    for tool, key, queries in (
+        ("context_recall", "recall_p50_ms", spec["session_queries"]),
+        ("doc_search", "search_p50_ms", spec["doc_queries"]),
+    ):
+        samples = []
+        for k, q in enumerate(queries):
+            args = (
+                {"session_id": "lat", "query": q}
+                if tool == "context_recall"
+                else {"query": q, "doc_id": "big"}
+            )
+            t0 = time.perf_counter()
+            res = await client.call_tool(tool, args)
+            if k >= 3:  # the first calls warm caches, as in a running server
+                samples.append(time.perf_counter() - t0)
+            assert not res.is_error, _text(res)
+        out[prefix + key] = _p50_ms(samples)
     return out
 
 
