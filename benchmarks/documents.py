@@ -81,7 +81,13 @@ def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, 
         "rss_end_mb": current_rss_mb(),
         "disk_mb": disk_mb(data_dir / "documents" / doc.id),
         "index_disk_mb": disk_mb(data_dir / "documents" / doc.id / "index"),
+        "disk_over_source": round(_bytes_under(data_dir / "documents" / doc.id) / size, 3),
     }
+
+
+def _bytes_under(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def phase_restart(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, Any]:

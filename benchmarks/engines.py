@@ -1,8 +1,8 @@
 """Index engines compared on the same chunks and queries: ours, SQLite FTS5, naive rebuild.
 
-Run as ``python -m benchmarks.engines --chunks F --queries Q --ours O --workdir W``
+Run as ``python -m benchmarks.engines --doc D --queries Q --ours O --workdir W``
 (its own process: the baselines hold the whole corpus in memory). The chunks are
-the ingested document's ``chunks.jsonl``; every engine sees the same tokens, the
+those of the ingested document in directory D; every engine sees the same tokens, the
 ``Analyzer`` terms of ``text + "\\n" + heading`` as our index does:
 
 - rebuild: ``rank_bm25.BM25Okapi`` (with our k1 = 1.2; its default is 1.5) built
@@ -42,23 +42,19 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from benchmarks.measure import summary_ms
+from context_window.documents.tables import Tables
 from context_window.textindex import EPSILON, K1, Analyzer, B
 
 TOP = 10
 
 
-def load_tokens(chunks_file: Path) -> tuple[list[str], list[list[str]]]:
+def load_tokens(doc_dir: Path) -> tuple[list[str], list[list[str]]]:
     """Chunk texts and their index terms, in chunk order."""
     analyzer = Analyzer()
-    texts: list[str] = []
-    tokens: list[list[str]] = []
-    with chunks_file.open("rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            texts.append(rec["text"])
-            tokens.append(analyzer.terms(f"{rec['text']}\n{rec.get('heading', '')}"))
+    tables = Tables(doc_dir)
+    chunks = tables.read(0, len(tables.table) - 1)
+    texts = [c.text for c in chunks]
+    tokens = [analyzer.terms(f"{c.text}\n{c.heading}") for c in chunks]
     return texts, tokens
 
 
@@ -176,7 +172,7 @@ def overlap(
 
 
 def run(
-    chunks_file: Path,
+    doc_dir: Path,
     queries: list[str],
     ours: list[list[int]],
     workdir: Path,
@@ -185,7 +181,7 @@ def run(
 ) -> dict[str, Any]:
     """Every engine on the same chunks and queries."""
     t0 = time.perf_counter()
-    texts, tokens = load_tokens(chunks_file)
+    texts, tokens = load_tokens(doc_dir)
     tokenize_s = time.perf_counter() - t0
     analyzer = Analyzer()
     qterms = [analyzer.terms(q) for q in queries]
@@ -240,7 +236,7 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print its JSON on stdout."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.engines")
-    p.add_argument("--chunks", type=Path, required=True)
+    p.add_argument("--doc", type=Path, required=True, help="an ingested document's directory")
     p.add_argument("--queries", type=Path, required=True)
     p.add_argument("--ours", type=Path, required=True, help="JSON: our top-10 chunk ids per query")
     p.add_argument("--workdir", type=Path, required=True)
@@ -249,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     queries = json.loads(ns.queries.read_text(encoding="utf-8"))
     ours = json.loads(ns.ours.read_text(encoding="utf-8"))
-    out = run(ns.chunks, queries, ours, ns.workdir, ns.rebuilds, ns.source)
+    out = run(ns.doc, queries, ours, ns.workdir, ns.rebuilds, ns.source)
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

@@ -96,11 +96,11 @@ def _load() -> float:
 def _engines(work: Path, docs: dict[str, Any], queries: list[str], rebuilds: int) -> dict[str, Any]:
     ours = work / "ours-top10.json"
     ours.write_text(json.dumps(docs["restart"].pop("top10")), encoding="utf-8")
-    chunks = Path(docs["data_dir"]) / "documents" / "bigdoc" / "chunks.jsonl"
-    cmd = [sys.executable, "-m", "benchmarks.engines", "--chunks", str(chunks)]
+    doc = Path(docs["data_dir"]) / "documents" / "bigdoc"
+    cmd = [sys.executable, "-m", "benchmarks.engines", "--doc", str(doc)]
     cmd += ["--queries", str(work / "doc-queries.json"), "--ours", str(ours)]
     cmd += ["--workdir", str(work), "--rebuilds", str(rebuilds)]
-    cmd += ["--source", str(chunks.parent / "source.txt")]
+    cmd += ["--source", str(doc / "source.txt")]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, check=False, env=documents.child_env()
     )

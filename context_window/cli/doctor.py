@@ -316,16 +316,20 @@ def _audit_document(report: Report, directory: Path) -> None:
         report.add(directory / "meta.json", f"chunk count {n!r:.40} is not a whole number")
         n = None
     chars = _audit_source(report, directory, meta)
-    found = _audit_chunks(report, directory / "chunks.jsonl", chars)
+    # A release before index version 3 kept each chunk's text in chunks.jsonl too; such a
+    # document is re-indexed on first use, and until then it is checked as it was.
+    old = (directory / "chunks.jsonl").exists()
+    table = directory / ("chunks.jsonl" if old else "index")
+    found = _audit_chunks(report, table, chars) if old else _audit_table(report, directory, chars)
     if found is None:
         return
     report.chunks += found
     if n is not None and found != n:
-        report.add(directory / "chunks.jsonl", f"{found} chunks, but meta.json says {n}")
+        report.add(table, f"{found} chunks, but meta.json says {n}")
     cursor = meta.get("cursor", 0)
     if meta and not (isinstance(cursor, int) and 0 <= cursor <= found):
         report.add(directory / "meta.json", f"cursor {cursor!r:.40} outside 0..{found}")
-    _audit_index(report, directory, found)
+    _audit_index(report, directory, found, old)
 
 
 def _read(report: Report, path: Path) -> bytes | None:
@@ -386,8 +390,44 @@ def _audit_chunks(report: Report, path: Path, chars: int | None) -> int | None:
     return len(lines)
 
 
-def _audit_index(report: Report, directory: Path, n: int) -> None:
-    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks."""
+def _audit_table(report: Report, directory: Path, chars: int | None) -> int | None:
+    """Check the chunk table's character ranges and source.txt byte spans; return how
+    many chunks it has (None after reporting it unreadable)."""
+    index = directory / "index"
+    if not index.is_dir():
+        report.add(index, "missing")
+        return None
+    try:
+        table = np.load(index / "chunks.npy", allow_pickle=False)
+        spans = np.load(index / "spans.npy", allow_pickle=False)
+        size = (directory / "source.txt").stat().st_size
+    except FileNotFoundError as exc:
+        report.add(Path(str(exc.filename)), "missing")
+        return None
+    except (OSError, ValueError, EOFError) as exc:
+        report.add(index, f"unreadable chunk table: {exc}")
+        return None
+    if table.ndim != 2 or table.shape[1] != 4 or spans.shape != (len(table), 2):
+        report.add(index, f"chunk table shapes {table.shape} and {spans.shape} do not agree")
+        return None
+    starts, ends = table[:, 0], table[:, 1]
+    bad = (starts < 0) | (ends < starts) | (spans[:, 0] < 0) | (spans[:, 1] < spans[:, 0])
+    bad |= spans[:, 1] > size
+    if chars is not None:
+        bad |= ends > chars
+    for i in np.flatnonzero(bad)[:10].tolist():
+        report.add(
+            index / "chunks.npy",
+            f"chunk {i}: characters {int(starts[i])}..{int(ends[i])}, bytes "
+            f"{int(spans[i, 0])}..{int(spans[i, 1])} do not fit the source "
+            f"({chars if chars is not None else '?'} characters, {size} bytes)",
+        )
+    return len(table)
+
+
+def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> None:
+    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks
+    (``old``: the layout before index version 3, with chunks.jsonl)."""
     index = directory / "index"
     if not index.is_dir():
         report.add(index, "missing")
@@ -397,10 +437,14 @@ def _audit_index(report: Report, directory: Path, n: int) -> None:
     if data is None:
         report.add(stats, "missing or unreadable")
     elif data.get("chunks") != n:
-        report.add(stats, f"says {data.get('chunks')!r} chunks, chunks.jsonl has {n}")
+        report.add(stats, f"says {data.get('chunks')!r} chunks, the chunk table has {n}")
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
-    for name, extra in INDEX_ARRAYS.items():
+    arrays = dict(INDEX_ARRAYS)
+    if old:  # line offsets into chunks.jsonl instead of byte spans into source.txt
+        del arrays["spans.npy"]
+        arrays["lines.npy"] = 1
+    for name, extra in arrays.items():
         path = index / name
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -412,6 +456,8 @@ def _audit_index(report: Report, directory: Path, n: int) -> None:
             continue
         if extra is not None and len(arr) != n + extra:
             report.add(path, f"{len(arr)} rows, expected {n + extra} for {n} chunks")
+    if not old:
+        return
     lines = index / "lines.npy"
     chunks = directory / "chunks.jsonl"
     try:

@@ -6,11 +6,10 @@ leaves at most a hidden ``.tmp-*`` directory that is never listed. The work is
 streamed: the decoded text is dropped as soon as it is chunked, chunks are
 written and indexed in batches and dropped, and the index is sorted with numpy.
 
-Files besides those of ``docindex``::
+Files besides those of ``index``::
 
-    source.txt             the original text (UTF-8)
-    chunks.jsonl           one {index, text, tokens, start, end, heading, line} per line
-    index/lines.npy        uint64 [N+1]: byte offset of each line of chunks.jsonl
+    source.txt             the original text (UTF-8): the only copy of every chunk's text
+    index/spans.npy        int64 [N, 2]: start, end of each chunk in source.txt (bytes)
     index/chunks.npy       int64 [N, 4]: start, end (character offsets), tokens, first line
     index/heading_ids.npy  uint32 [N]: the chunk's heading trail, as a number into
     index/headings.json    {"trails": [...]} the distinct heading trails
@@ -34,13 +33,13 @@ import numpy.typing as npt
 from context_window.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
 from context_window.documents.sandbox import decode_utf8
-from context_window.documents.tables import encode_chunk
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
 from context_window.storage import write_json_atomic
 from context_window.termcount import TermCounter
 
 Progress = Callable[[float, str], None]
+Spans = npt.NDArray[np.int64]  # rows of (start, end) byte offsets into source.txt
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
 BATCH_CHUNKS = 4096
 SEGMENT_CHARS = 8_000_000  # large headingless texts are chunked this much at a time
@@ -110,13 +109,13 @@ def build(
     del data
     progress(0.05, "chunking")
     chars = len(text)
-    batches: Iterator[list[Chunk]]
+    batches: Iterator[tuple[list[Chunk], Spans]]
     if chars > spec.segment_chars and not _has_structure(text):
         del text  # segments are read back from source.txt: no full copy while indexing
         batches = _segments(directory / "source.txt", chars, spec, progress)
     else:
         chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
-        batches = iter([number_lines(text, chunks)])
+        batches = iter([(number_lines(text, chunks), byte_spans(text, chunks))])
         del text, chunks
     totals = _write_chunks(directory, batches, progress)
     meta: dict[str, Any] = {
@@ -153,6 +152,21 @@ def number_lines(text: str, chunks: list[Chunk], first_line: int = 1) -> list[Ch
     return out
 
 
+def byte_spans(text: str, chunks: list[Chunk], first_byte: int = 0) -> Spans:
+    """Where each of ``chunks`` of ``text`` (in start order) lies in its UTF-8 bytes,
+    ``text`` beginning at byte ``first_byte``: rows of (start, end)."""
+    if text.isascii():  # a byte per character
+        rows = [(first_byte + c.start, first_byte + c.end) for c in chunks]
+    else:
+        rows = []
+        at, pos = first_byte, 0
+        for c in chunks:
+            at += len(text[pos : c.start].encode("utf-8"))
+            pos = c.start
+            rows.append((at, at + len(c.text.encode("utf-8"))))
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+
 def _has_structure(text: str) -> bool:
     """Whether any line of ``text`` opens an ATX heading or a code fence."""
     return bool(_STRUCTURE.match(text) or _STRUCTURE_AFTER_NEWLINE.search(text))
@@ -160,7 +174,7 @@ def _has_structure(text: str) -> bool:
 
 def _segments(
     source: Path, chars: int, spec: BuildSpec, progress: Progress
-) -> Iterator[list[Chunk]]:
+) -> Iterator[tuple[list[Chunk], Spans]]:
     """Chunk a large text without headings or fences ``spec.segment_chars`` at a time.
 
     Segments are read back from ``source.txt``, so only one segment's text and
@@ -191,10 +205,14 @@ def _segments(
                 end = pos + len(text[:used].encode("utf-8"))
             part = number_lines(text, part, line)
             line += text.count("\n", 0, used)
-            yield [
-                dataclasses.replace(c, index=index + k, start=c.start + base, end=c.end + base)
-                for k, c in enumerate(part)
-            ]
+            spans = byte_spans(text, part, pos)
+            yield (
+                [
+                    dataclasses.replace(c, index=index + k, start=c.start + base, end=c.end + base)
+                    for k, c in enumerate(part)
+                ],
+                spans,
+            )
             index += len(part)
             base += used
             pos = end
@@ -202,46 +220,44 @@ def _segments(
 
 
 def _write_chunks(
-    directory: Path, batches: Iterator[list[Chunk]], progress: Progress
+    directory: Path, batches: Iterator[tuple[list[Chunk], Spans]], progress: Progress
 ) -> dict[str, int]:
-    """Write chunks.jsonl and the chunk table, and build the index, batch by batch."""
+    """Write the chunk table and build the index, batch by batch (the texts stay in
+    source.txt alone)."""
     index_dir = directory / "index"
     index_dir.mkdir()
-    table = _Growing(np.int64, 5)  # start, end, tokens, first line, end offset of the record
+    table = _Growing(np.int64, 4)  # start, end, tokens, first line
     heading_ids = _Growing(np.uint32, 1)
+    spans: list[Spans] = []
     trails: dict[str, int] = {}
     counter = TermCounter()
     builder = IndexBuilder()
-    offset = prev_end = 0
+    prev_end = 0
     tokens = 0.0  # each chunk's tokens pro rata to the characters its predecessor lacks
     done = 0
-    with (directory / "chunks.jsonl").open("wb") as out:
-        for chunks in batches:
-            total = len(chunks)
-            while chunks:
-                take, size = 0, 0
-                while take < len(chunks) and take < BATCH_CHUNKS and size < BATCH_CHARS:
-                    size += len(chunks[take].text)
-                    take += 1
-                batch = chunks[:take]
-                del chunks[:take]
-                encoded = [encode_chunk(c) for c in batch]
-                out.write(b"".join(encoded))
-                for c, line in zip(batch, encoded, strict=True):
-                    offset += len(line)
-                    tokens += c.tokens * max(0, c.end - max(c.start, prev_end)) / len(c.text)
-                    prev_end = max(prev_end, c.end)
-                    table.append([c.start, c.end, c.tokens, c.line, offset])
-                    heading_ids.append([trails.setdefault(c.heading, len(trails))])
-                builder.add(counter.count([f"{c.text}\n{c.heading}" for c in batch]))
-                done += len(batch)
-                if total > BATCH_CHUNKS:
-                    progress(0.05 + 0.85 * done / total, f"indexed {done:,} of {total:,} chunks")
+    for chunks, where in batches:
+        spans.append(where)
+        total = len(chunks)
+        while chunks:
+            take, size = 0, 0
+            while take < len(chunks) and take < BATCH_CHUNKS and size < BATCH_CHARS:
+                size += len(chunks[take].text)
+                take += 1
+            batch = chunks[:take]
+            del chunks[:take]
+            for c in batch:
+                tokens += c.tokens * max(0, c.end - max(c.start, prev_end)) / len(c.text)
+                prev_end = max(prev_end, c.end)
+                table.append([c.start, c.end, c.tokens, c.line])
+                heading_ids.append([trails.setdefault(c.heading, len(trails))])
+            builder.add(counter.count([f"{c.text}\n{c.heading}" for c in batch]))
+            done += len(batch)
+            if total > BATCH_CHUNKS:
+                progress(0.05 + 0.85 * done / total, f"indexed {done:,} of {total:,} chunks")
     progress(0.92, "sorting the index")
     stats = builder.write(index_dir, counter.vocab)
-    rows = table.array()
-    np.save(index_dir / "lines.npy", np.concatenate(([0], rows[:, 4])).astype(np.uint64))
-    np.save(index_dir / "chunks.npy", np.ascontiguousarray(rows[:, :4]))
+    np.save(index_dir / "spans.npy", np.concatenate(spans) if spans else np.zeros((0, 2), np.int64))
+    np.save(index_dir / "chunks.npy", table.array())
     np.save(index_dir / "heading_ids.npy", heading_ids.array())
     write_json_atomic(index_dir / "headings.json", {"trails": list(trails)})
     return {"chunks": done, "tokens": math.ceil(tokens), "terms": int(stats["terms"])}

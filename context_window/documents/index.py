@@ -40,7 +40,8 @@ from context_window.termcount import Triples
 from context_window.textindex import average_idf, idf_values, term_scores
 
 # 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
-INDEX_VERSION = 2
+# 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
+INDEX_VERSION = 3
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 HELD_POSTINGS = 1024  # postings up to this long are remembered per term (12 KB at most)
 F64 = npt.NDArray[np.float64]

@@ -1,10 +1,10 @@
 """The document store: ingest, list, forget, search, page with a cursor, cache summaries.
 
-A document lives in ``<data>/documents/<id>/`` (layout in ``docingest`` and
-``docindex``). Only directories with a valid ``meta.json`` are documents; hidden
+A document lives in ``<data>/documents/<id>/`` (layout in ``build`` and
+``index``). Only directories with a valid ``meta.json`` are documents; hidden
 ``.tmp-*`` and ``.trash-*`` directories are work in progress or leftovers. Reads
 touch only what they need: the chunk table and index are memory-mapped, and chunk
-texts are read from ``chunks.jsonl`` by byte offset, never the whole file.
+texts are read from ``source.txt`` by byte offset, never the whole file.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from context_window.documents.tables import (
     Kept,
     Tables,
     Window,
-    decode_chunk,
 )
 from context_window.errors import (
     INGEST_FIRST,
@@ -290,22 +289,18 @@ class DocumentStore:
         return meta, data
 
     def stored_chunks(self, doc: DocInfo, text: str) -> Iterator[Chunk]:
-        """The document's chunks as stored, one by one, each checked against ``text`` (its
-        source); StorageError once one does not match."""
-        path = self.root / doc.id / "chunks.jsonl"
-        try:
-            with path.open("rb") as f:
-                for number, line in enumerate(f, start=1):
-                    if not line.strip():
-                        continue
-                    chunk = decode_chunk(line)
-                    if text[chunk.start : chunk.end] != chunk.text:
-                        raise ValueError(f"line {number} does not match source.txt")
-                    yield chunk
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StorageError(
-                f"document {doc.id!r} is damaged (chunks.jsonl: {exc})", remedy=REINGEST
-            ) from exc
+        """The document's chunks as stored, one by one, cut from ``text`` (its source) by
+        the chunk table; StorageError once a chunk's range does not lie within it."""
+        tables = self.tables(doc)
+        for i, row in enumerate(tables.table.tolist()):
+            start, end, tokens, line = (int(v) for v in row)
+            if not 0 <= start <= end <= len(text):
+                raise StorageError(
+                    f"document {doc.id!r} is damaged (chunk {i} is at {start}..{end} of a "
+                    f"{len(text):,}-character source)",
+                    remedy=REINGEST,
+                )
+            yield Chunk(i, text[start:end], tokens, start, end, tables.heading(i), line)
 
     def _reindex(self, doc: DocInfo) -> None:
         """Rebuild a document written by an older release from its stored source.

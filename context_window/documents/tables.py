@@ -1,8 +1,10 @@
 """A document's records: its metadata, and its memory-mapped chunk table and index.
 
-``Tables`` opens ``index/`` of one document (see ``docingest`` and ``docindex`` for
-the files) and reads chunk texts from ``chunks.jsonl`` by byte offset, so reading
-a few chunks of a 100 MB document reads a few kilobytes.
+``Tables`` opens ``index/`` of one document (see ``build`` and ``index`` for the
+files) and reads chunk texts from ``source.txt`` by byte offset, so reading a few
+chunks of a 100 MB document reads a few kilobytes. A chunk's text is stored once,
+in the source; the chunk table holds only its offsets, tokens, first line and
+heading trail.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from context_window.errors import REINGEST, StorageError
 from context_window.models import Chunk, Count, Reserve
 
 # The arrays of a document's index/ directory, with the rows each holds beyond one per
-# chunk (lines.npy has N + 1 offsets), or None when not per chunk. ``build`` and
-# ``index`` write them, ``Tables`` and ``DocIndex`` read them, doctor checks them.
+# chunk, or None when not per chunk. ``build`` and ``index`` write them, ``Tables``
+# and ``DocIndex`` read them, doctor checks them.
 INDEX_ARRAYS: dict[str, int | None] = {
-    "lines.npy": 1,
+    "spans.npy": 0,
     "chunks.npy": 0,
     "heading_ids.npy": 0,
     "doc_len.npy": 0,
@@ -136,17 +138,17 @@ class Window:
 
 
 class Tables:
-    """A document's memory-mapped chunk table, line offsets, headings and index."""
+    """A document's memory-mapped chunk table, byte spans, headings and index."""
 
     def __init__(self, directory: Path) -> None:
         index_dir = directory / "index"
         self.dir = directory
-        self.lines = np.load(index_dir / "lines.npy", mmap_mode="r")
+        self.index = DocIndex(index_dir)  # first: an older release's layout is OldIndex
+        self.spans = np.load(index_dir / "spans.npy", mmap_mode="r")
         self.table = np.load(index_dir / "chunks.npy")
         self.heading_ids = np.load(index_dir / "heading_ids.npy")
         trails = json.loads((index_dir / "headings.json").read_text(encoding="utf-8"))["trails"]
         self.trails: list[str] = [str(t) for t in trails]
-        self.index = DocIndex(index_dir)
 
     def chunk_of(self, line: int) -> int:
         """The chunk holding the start of source line ``line``.
@@ -169,17 +171,28 @@ class Tables:
         return np.asarray(self.table[:, 2])
 
     def read(self, first: int, last: int) -> list[Chunk]:
-        """Chunks ``first..last`` (inclusive), read by byte offset from chunks.jsonl."""
+        """Chunks ``first..last`` (inclusive), read by byte offset from source.txt.
+
+        Each chunk's text is checked against the table (its length in characters),
+        so a source.txt changed behind the index is reported, not shown.
+        """
         try:
-            a, b = int(self.lines[first]), int(self.lines[last + 1])
-            with (self.dir / "chunks.jsonl").open("rb") as f:
+            spans = np.asarray(self.spans[first : last + 1], dtype=np.int64)
+            if first < 0 or len(spans) != last + 1 - first:
+                raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")
+            a, b = int(spans[:, 0].min()), int(spans[:, 1].max())
+            with (self.dir / "source.txt").open("rb") as f:
                 f.seek(a)
                 data = f.read(b - a)
-            chunks = [decode_chunk(line) for line in data.splitlines() if line.strip()]
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise self.damaged(f"chunks.jsonl: {type(exc).__name__}") from exc
-        if [c.index for c in chunks] != list(range(first, last + 1)):
-            raise self.damaged("chunks.jsonl does not match its index")
+            chunks = []
+            for i, (s, e) in enumerate(spans.tolist(), start=first):
+                start, end, tokens, line = (int(v) for v in self.table[i])
+                text = data[s - a : e - a].decode("utf-8")
+                if len(text) != end - start:
+                    raise ValueError(f"chunk {i} is {len(text)} characters, not {end - start}")
+                chunks.append(Chunk(i, text, tokens, start, end, self.heading(i), line))
+        except (OSError, ValueError, IndexError) as exc:
+            raise self.damaged(f"source.txt: {type(exc).__name__}") from exc
         return chunks
 
     def damaged(self, what: str) -> StorageError:
@@ -188,7 +201,7 @@ class Tables:
 
 
 def chunk_record(c: Chunk) -> dict[str, Any]:
-    """The chunks.jsonl record of a chunk (the codec's one list of fields)."""
+    """A chunk as a record of an archive's JSON lines (the one list of its fields)."""
     return {
         "index": c.index,
         "text": c.text,
@@ -198,25 +211,6 @@ def chunk_record(c: Chunk) -> dict[str, Any]:
         "heading": c.heading,
         "line": c.line,
     }
-
-
-def encode_chunk(c: Chunk) -> bytes:
-    """One chunks.jsonl line."""
-    return json.dumps(chunk_record(c), ensure_ascii=False).encode("utf-8") + b"\n"
-
-
-def decode_chunk(line: bytes | str) -> Chunk:
-    """The chunk of one chunks.jsonl line (ValueError, KeyError or TypeError if it is not one)."""
-    rec = json.loads(line)
-    return Chunk(
-        int(rec["index"]),
-        str(rec["text"]),
-        int(rec["tokens"]),
-        int(rec["start"]),
-        int(rec["end"]),
-        str(rec.get("heading", "")),
-        int(rec.get("line", 0)),
-    )
 
 
 class WindowLayout(Protocol):

@@ -28,20 +28,22 @@ def test_layout_on_disk(store: DocumentStore) -> None:
     done = store.ingest(file_path="guide.md", doc_id="guide")
     folder = store.root / "guide"
     names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    assert {"source.txt", "chunks.jsonl", "meta.json", "index/stats.json"} <= names
+    assert {"source.txt", "meta.json", "index/stats.json", "index/spans.npy"} <= names
+    assert "chunks.jsonl" not in names  # a chunk's text is kept once, in source.txt
     meta = json.loads((folder / "meta.json").read_text())
     for key in ("id", "title", "source", "sha256", "chars", "chunks", "tokens", "cursor"):
         assert key in meta
     assert meta["title"] == "guide.md" and meta["cursor"] == 0
     source = (folder / "source.txt").read_text(encoding="utf-8")
     assert source == (DOCS / "guide.md").read_text(encoding="utf-8")
-    records = [json.loads(line) for line in (folder / "chunks.jsonl").read_text().splitlines()]
-    assert len(records) == done.doc.chunks
-    for rec in records:
-        assert set(rec) == {"index", "text", "tokens", "start", "end", "heading", "line"}
-        assert rec["text"] == source[rec["start"] : rec["end"]]
-        assert rec["line"] == source.count("\n", 0, rec["start"]) + 1  # where it starts
-    assert records[0]["heading"].startswith("Build guide")
+    raw = (folder / "source.txt").read_bytes()
+    spans = np.load(folder / "index" / "spans.npy")
+    chunks = store.read_chunks(done.doc, 0, done.doc.chunks - 1)
+    assert len(chunks) == len(spans) == done.doc.chunks
+    for c, (a, b) in zip(chunks, spans.tolist(), strict=True):
+        assert c.text == source[c.start : c.end] == raw[a:b].decode("utf-8")
+        assert c.line == source.count("\n", 0, c.start) + 1  # where it starts
+    assert chunks[0].heading.startswith("Build guide")
 
 
 def test_reingest_replaces_and_duplicates_are_reported(store: DocumentStore) -> None:
@@ -139,7 +141,7 @@ def test_search_reads_only_the_hits(store: DocumentStore) -> None:
     store.ingest(file_path="build.log", doc_id="log")
     fresh = DocumentStore(store.root.parent, TokenCounter(0.27))  # as after a restart
     reads: list[str] = []
-    with watching_opens(lambda path: reads.append(path) if path.endswith("chunks.jsonl") else None):
+    with watching_opens(lambda path: reads.append(path) if path.endswith("source.txt") else None):
         hits = fresh.search("maxConnections socket_pool", "log", limit=3)
     assert "maxConnections" in hits[0].chunk.text
     assert len(reads) == len(hits)  # one seek-and-read per hit, never the whole file

@@ -39,6 +39,7 @@ METRICS = {
     "documents.window.p50_ms",
     "documents.window.p99_ms",
     "documents.peak_rss_mb",
+    "documents.disk_over_source",
     "documents.restart.peak_rss_mb",
     "server.start_to_tools_list_s",
     "server.over_one_tool_server",
@@ -94,6 +95,7 @@ TARGETED = {
     "documents.ingest_mb_s",
     "server.start_to_tools_list_s",
     "documents.peak_rss_mb",
+    "documents.disk_over_source",
     "lifecycle.schema_tokens",
     "hostile.worst_doubling",
 }

@@ -1,8 +1,9 @@
 """A data dir written by release 0.1.0 opens, and is re-indexed on first use, losing nothing.
 
 ``tests/data/datadir-0.1.0`` was written by 0.1.0 itself (index format 1: unstemmed
-terms, no line numbers): a session with a pinned entry and tags, and a document whose
-shared cursor had moved to chunk 2.
+terms, no line numbers, each chunk's text in chunks.jsonl as well as in source.txt):
+a session with a pinned entry and tags, and a document whose shared cursor had moved
+to chunk 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SettingsFactory, client
 
@@ -58,12 +60,19 @@ async def test_an_old_document_is_reindexed_on_first_use(
     for key in ("id", "title", "sha256", "chars", "chunks", "created_at", "ratio"):
         assert after_meta[key] == before_meta[key], key
     assert (doc / "source.txt").read_bytes() == before_source
-    after_chunks = [json.loads(x) for x in (doc / "chunks.jsonl").read_text().splitlines()]
-    assert [(c["start"], c["end"], c["text"]) for c in after_chunks] == [
-        (c["start"], c["end"], c["text"]) for c in before_chunks
+    # The chunks are the same, their texts now kept once, in source.txt.
+    assert not (doc / "chunks.jsonl").exists()
+    table = np.load(doc / "index" / "chunks.npy")
+    spans = np.load(doc / "index" / "spans.npy")
+    after = [
+        (start, end, before_source[a:b].decode())
+        for (start, end, _, _), (a, b) in zip(table.tolist(), spans.tolist(), strict=True)
     ]
+    assert after == [(c["start"], c["end"], c["text"]) for c in before_chunks]
     source = before_source.decode()
-    assert all(c["line"] == source.count("\n", 0, c["start"]) + 1 for c in after_chunks)
+    assert [line for *_, line in table.tolist()] == [
+        source.count("\n", 0, c["start"]) + 1 for c in before_chunks
+    ]
     assert not [p.name for p in (old_data / "documents").iterdir() if p.name.startswith(".")]
 
 

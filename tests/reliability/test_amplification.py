@@ -33,9 +33,12 @@ def test_a_huge_heading_is_stored_once_not_per_chunk(tmp_path: Path) -> None:
     done = svc.documents.ingest(text=text, doc_id="h")
     folder = tmp_path / "data" / "documents" / "h"
     assert done.doc.chunks > 50
-    assert (folder / "chunks.jsonl").stat().st_size < 1.5 * len(text)  # was 37x
-    for line in (folder / "chunks.jsonl").read_text().splitlines():
-        assert len(json.loads(line)["heading"]) <= MAX_TRAIL_CHARS
+    on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert on_disk < 1.5 * len(text.encode())  # was 37x (a trail per chunk)
+    trails = json.loads((folder / "index" / "headings.json").read_text())["trails"]
+    assert trails and all(len(t) <= MAX_TRAIL_CHARS for t in trails)
+    chunks = svc.documents.read_chunks(done.doc, 0, done.doc.chunks - 1)
+    assert all(len(c.heading) <= MAX_TRAIL_CHARS for c in chunks)
 
 
 @pytest.mark.parametrize("budget", [64, 100, 300, 2000])

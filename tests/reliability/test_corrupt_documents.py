@@ -1,4 +1,4 @@
-"""Corrupt documents: a damaged meta, chunk file or index never makes a tool fail with an
+"""Corrupt documents: a damaged meta, source, chunk table or index never makes a tool fail with an
 internal error; the damaged document is named, the others keep working, and the same
 id can be ingested again."""
 
@@ -60,6 +60,10 @@ def _line_garbage(p: Path) -> None:
     p.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[2:]]))
 
 
+def _not_utf8(p: Path) -> None:
+    p.write_bytes(b"\xff\xfe" * (p.stat().st_size // 2))  # as long, none of it text
+
+
 def _truncate_half(p: Path) -> None:
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
@@ -69,13 +73,15 @@ DOC_DAMAGE: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "meta torn": ("meta.json", _truncate_half),
     "meta not an object": ("meta.json", lambda p: p.write_text("[]")),
     "meta wrong types": ("meta.json", lambda p: p.write_text('{"id": "bad", "chunks": "x"}')),
-    "chunks garbage line": ("chunks.jsonl", _line_garbage),
-    "chunks truncated": ("chunks.jsonl", _truncate_half),
-    "chunks missing": ("chunks.jsonl", lambda p: p.unlink()),
-    "chunks emptied": ("chunks.jsonl", lambda p: p.write_bytes(b"")),
+    "source truncated": ("source.txt", _truncate_half),
+    "source emptied": ("source.txt", lambda p: p.write_bytes(b"")),
+    "source not UTF-8": ("source.txt", _not_utf8),
+    "spans missing": ("index/spans.npy", lambda p: p.unlink()),
+    "spans truncated": ("index/spans.npy", _truncate_half),
+    "chunk table garbage": ("index/chunks.npy", _line_garbage),
     "index stats torn": ("index/stats.json", _truncate_half),
     "index array missing": ("index/post_tfs.npy", lambda p: p.unlink()),
-    "index array truncated": ("index/lines.npy", _truncate_half),
+    "index array truncated": ("index/heading_ids.npy", _truncate_half),
     "index array garbage": ("index/chunks.npy", lambda p: p.write_bytes(b"\x93NUMPY garbage")),
     "headings missing": ("index/headings.json", lambda p: p.unlink()),
     "index dir missing": ("index", lambda p: __import__("shutil").rmtree(p)),

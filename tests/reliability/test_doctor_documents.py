@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from .support import service_for
@@ -32,15 +33,20 @@ def _edit_meta(**changes: object) -> Callable[[Path], None]:
     return edit
 
 
-def _garbage_chunk(d: Path) -> None:
-    p = d / "d1" / "chunks.jsonl"
-    lines = p.read_bytes().split(b"\n")
-    p.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[2:]]))
+def _garbage_table(d: Path) -> None:
+    (d / "d1" / "index" / "chunks.npy").write_bytes(b"\x93NUMPY garbage")
 
 
-def _truncated_chunks(d: Path) -> None:
-    p = d / "d1" / "chunks.jsonl"
+def _truncated_source(d: Path) -> None:
+    p = d / "d1" / "source.txt"
     p.write_bytes(p.read_bytes()[:-30])
+
+
+def _span_past_the_source(d: Path) -> None:
+    p = d / "d1" / "index" / "spans.npy"
+    spans = np.load(p)
+    spans[-1, 1] += 1000
+    np.save(p, spans)
 
 
 DOC_DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
@@ -50,9 +56,10 @@ DOC_DAMAGE: dict[str, tuple[Callable[[Path], object], str]] = {
     "cursor": (_edit_meta(cursor=-5), "cursor -5 outside"),
     "chars": (_edit_meta(chars=3), "but meta.json says 3"),
     "sha256": (_edit_meta(sha256="0" * 64), "does not match the sha256"),
-    "garbage chunk": (_garbage_chunk, "chunks.jsonl line 2: unreadable chunk record"),
-    "truncated chunks": (_truncated_chunks, "chunks.jsonl: last line is torn"),
-    "chunks missing": (lambda d: (d / "d1" / "chunks.jsonl").unlink(), "chunks.jsonl: missing"),
+    "garbage chunk table": (_garbage_table, "d1/index: unreadable chunk table"),
+    "truncated source": (_truncated_source, "do not fit the source"),
+    "span past the source": (_span_past_the_source, "do not fit the source"),
+    "spans missing": (lambda d: (d / "d1" / "index" / "spans.npy").unlink(), "spans.npy: missing"),
     "source missing": (lambda d: (d / "d1" / "source.txt").unlink(), "source.txt: missing"),
     "index missing": (
         lambda d: __import__("shutil").rmtree(d / "d1" / "index"),

@@ -106,7 +106,7 @@ def _check_disk(data: Path) -> None:
     if not folder.exists():
         return
     names = {p.name for p in folder.iterdir()}
-    assert {"meta.json", "source.txt", "chunks.jsonl"} <= names, names  # never a zombie
+    assert {"meta.json", "source.txt", "index"} <= names, names  # never a zombie
     meta = json.loads((folder / "meta.json").read_text())
     source = (folder / "source.txt").read_bytes()
     assert meta["sha256"] == hashlib.sha256(source).hexdigest()  # its own meta.json
