@@ -1,5 +1,8 @@
 """``python -m benchmarks quality``: retrieval quality and latency, before and after, in one run.
 
+Latency is timed in process (the server's own cost) and over stdio (what a client waits
+for), 10k-entry recall and search of a 100 MB log, the versions alternating by round.
+
 The checks (``benchmarks/qualityeval.py``) run twice on this machine, one after
 the other: against this working tree, and against a git worktree of a baseline
 commit (by default ``BASELINE``, the 0.1.0 release), each in its own process with
@@ -57,7 +60,10 @@ ROWS = [
     ("meetings as sessions: tokens per answer", ("qmsum_session", "mean_tokens")),
     ("context_recall p50 ms, 10k entries", ("latency", "recall_p50_ms")),
     ("doc_search p50 ms, 100 MB log", ("latency", "search_p50_ms")),
+    ("context_recall p50 ms over stdio, 10k entries", ("latency", "stdio_recall_p50_ms")),
+    ("doc_search p50 ms over stdio, 100 MB log", ("latency", "stdio_search_p50_ms")),
 ]
+TIMED = ("recall_p50_ms", "search_p50_ms", "stdio_recall_p50_ms", "stdio_search_p50_ms")
 
 
 def _log(message: str) -> None:
@@ -96,7 +102,7 @@ def _latency(versions: list[tuple[str, Path, dict[str, Any]]], spec: Path, work:
     for name, _, result in versions:
         runs = rounds[name]
         merged = dict(runs[0])
-        for key in ("recall_p50_ms", "search_p50_ms"):
+        for key in TIMED:
             merged[key] = statistics.median(run[key] for run in runs)
             merged[key.replace("p50", "p50_rounds")] = [run[key] for run in runs]
         result["latency"] = merged

@@ -43,6 +43,7 @@ from context_window.textindex import average_idf, idf_values, term_scores
 # 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
 INDEX_VERSION = 3
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
+VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
 HELD_POSTINGS = 1024  # postings up to this long are remembered per term (12 KB at most)
 F64 = npt.NDArray[np.float64]
 
@@ -116,6 +117,7 @@ class IndexBuilder:
 
 
 Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
+Joined = tuple[npt.NDArray[np.int64], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
 _UNSEEN = object()
 IN_MEMORY_BYTES = 1 << 20  # index arrays up to this size are read, not memory-mapped
 
@@ -144,9 +146,19 @@ class DocIndex:
         self._doc_len = _load(directory / "doc_len.npy")
         self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
         self._held: dict[str, Postings | None] = {}  # term -> its postings, for term_postings
+        # A small vocabulary is read whole: a search over hundreds of small documents
+        # then looks a term up in each with a dictionary, not a binary search of the file.
+        self._vocab: dict[str, int] | None = None
+        if self.n_terms <= VOCAB_IN_MEMORY:
+            blob, off = bytes(self._terms), self._term_off.tolist()
+            self._vocab = {
+                blob[off[i] : off[i + 1]].decode("utf-8"): i for i in range(self.n_terms)
+            }
 
     def find(self, term: str) -> int:
         """The term's number, or -1: a binary search over the sorted term list (remembered)."""
+        if self._vocab is not None:
+            return self._vocab.get(term, -1)
         hit = self._found.get(term)
         if hit is None:
             if len(self._found) >= FOUND_MEMO:
@@ -269,30 +281,69 @@ def score_joined(
     indexes: Sequence[DocIndex], query_terms: Sequence[str]
 ) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """``score_all`` as one array over the chunks of every index, index after index:
-    (scores, matched, bases), where index k's chunks are ``bases[k]:bases[k + 1]``.
+    (scores, matched, bases), where index k's chunks are ``bases[k]:bases[k + 1]``."""
+    return Corpus(indexes).score(query_terms)
+
+
+JOINED_POSTINGS = 65_536  # a term's joined postings up to this long are remembered
+
+
+class Corpus:
+    """Several documents' indexes searched as one, with statistics over all of them.
 
     Each term is scored once over the postings of every index joined: per document
     a search only slices its postings, so hundreds of small documents cost little
-    more than one.
+    more than one. A term's joined postings are remembered (up to ``FOUND_MEMO``
+    terms, each of at most ``JOINED_POSTINGS``), so a term searched again costs one
+    look-up, not one per document: the indexes never change once written, and a
+    store keeps a corpus only while its set of documents stays the same.
     """
-    bases = np.zeros(len(indexes) + 1, dtype=np.int64)
-    np.cumsum([ix.n_chunks for ix in indexes], out=bases[1:])
-    scores = np.zeros(int(bases[-1]), dtype=np.float64)
-    matched = np.zeros(int(bases[-1]), dtype=bool)
-    stats = corpus_stats(indexes)
-    if stats.n == 0:
-        return scores, matched, bases
-    for term in query_terms:  # repeated query terms count again, as in rank_bm25
-        found = [(i, p) for i, ix in enumerate(indexes) if (p := ix.term_postings(term))]
-        if not found:
-            continue
-        chunks = [p[0] for _, p in found]
-        tfs = [p[1] for _, p in found]
-        lengths = [p[2] for _, p in found]
-        sizes = [len(c) for c in chunks]
-        owners = np.array([i for i, _ in found], dtype=np.int64)
-        at = np.concatenate(chunks).astype(np.int64) + np.repeat(bases[owners], sizes)
-        idf = float(idf_values(np.array([len(at)]), stats.n, stats.average_idf)[0])
-        scores[at] += term_scores(np.concatenate(tfs), np.concatenate(lengths), stats.avgdl, idf)
-        matched[at] = True
-    return scores, matched, bases
+
+    def __init__(self, indexes: Sequence[DocIndex]) -> None:
+        self.indexes = list(indexes)
+        self.bases = np.zeros(len(self.indexes) + 1, dtype=np.int64)
+        np.cumsum([ix.n_chunks for ix in self.indexes], out=self.bases[1:])
+        self.stats = corpus_stats(self.indexes)
+        self._joined: dict[str, Joined | None] = {}
+
+    def joined(self, term: str) -> Joined | None:
+        """(joined chunk positions, tfs, chunk lengths) of ``term`` over every index."""
+        held = self._joined.get(term, _UNSEEN)
+        if held is not _UNSEEN:
+            return held  # type: ignore[return-value]
+        found = [(i, p) for i, ix in enumerate(self.indexes) if (p := ix.term_postings(term))]
+        out: Joined | None = None
+        if len(found) == 1:  # one document holds it: its own arrays, shifted
+            i, (chunks, tfs, lengths) = found[0]
+            out = (chunks.astype(np.int64) + self.bases[i], tfs, lengths)
+        elif found:
+            sizes = [len(p[0]) for _, p in found]
+            owners = np.array([i for i, _ in found], dtype=np.int64)
+            at = np.concatenate([p[0] for _, p in found]).astype(np.int64)
+            at += np.repeat(self.bases[owners], sizes)
+            tfs = np.concatenate([p[1] for _, p in found])
+            out = (at, tfs, np.concatenate([p[2] for _, p in found]))
+        if len(self.indexes) > 1 and (out is None or len(out[0]) <= JOINED_POSTINGS):
+            if len(self._joined) >= FOUND_MEMO:
+                self._joined.clear()
+            self._joined[term] = out
+        return out
+
+    def score(
+        self, query_terms: Sequence[str]
+    ) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+        """(scores, matched, bases) as ``score_joined`` returns them."""
+        n = int(self.bases[-1])
+        scores = np.zeros(n, dtype=np.float64)
+        matched = np.zeros(n, dtype=bool)
+        if self.stats.n == 0:
+            return scores, matched, self.bases
+        for term in query_terms:  # repeated query terms count again, as in rank_bm25
+            found = self.joined(term)
+            if found is None:
+                continue
+            at, tfs, lengths = found
+            idf = float(idf_values(np.array([len(at)]), self.stats.n, self.stats.average_idf)[0])
+            scores[at] += term_scores(tfs, lengths, self.stats.avgdl, idf)
+            matched[at] = True
+        return scores, matched, self.bases

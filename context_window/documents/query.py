@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from context_window.documents.index import score_joined
+from context_window.documents.index import Corpus
 from context_window.documents.search import (
     Answer,
     Group,
@@ -26,11 +26,12 @@ PROBES = 32  # earlier chunks read per search, to find where the best lines' kin
 
 
 def best_chunks(
-    docs: list[DocInfo], tables: list[Tables], terms: list[str], limit: int
+    docs: list[DocInfo], tables: list[Tables], corpus: Corpus, terms: list[str], limit: int
 ) -> list[Hit]:
     """The ``limit`` best chunks of ``docs`` for analysed ``terms``, best first (ties by
-    document, then chunk index), scored as one index over all of them."""
-    scores, matched, bases = score_joined([t.index for t in tables], terms)
+    document, then chunk index), scored as one index over all of them (``corpus``: the
+    indexes of ``tables`` joined)."""
+    scores, matched, bases = corpus.score(terms)
     candidates = np.flatnonzero(matched)
     if len(candidates) > limit:  # every chunk tied with the limit-th, then by position
         values = scores[candidates]

@@ -33,7 +33,7 @@ from context_window.documents.build import (
 )
 from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
 from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
-from context_window.documents.index import OldIndex
+from context_window.documents.index import Corpus, OldIndex
 from context_window.documents.query import CANDIDATE_CHUNKS, best_chunks, best_passages
 from context_window.documents.reingest import carry_cursors, chunk_settings, compare
 from context_window.documents.sandbox import read_file
@@ -77,6 +77,7 @@ from context_window.tokens import TokenCounter
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
+SETTLED_NS = 100_000_000  # a listing is reused once the directory is this much older
 log = logging.getLogger("context_window")
 
 
@@ -134,6 +135,8 @@ class DocumentStore:
         self._tables: dict[str, tuple[float, Tables]] = {}
         # meta.json files parsed, by document id, with the stat they were parsed at.
         self._metas: dict[str, tuple[tuple[int, int, int], tuple[dict[str, Any], DocInfo]]] = {}
+        self._joined: tuple[list[Tables], Corpus] | None = None  # see _corpus
+        self._searched: tuple[tuple[int, int, int], list[DocInfo]] | None = None  # see _searchable
         # all()'s last answer, with the (name, stamp) of every directory it looked at.
         self._listed: (
             tuple[tuple[tuple[str, tuple[int, int, int] | None], ...], list[DocInfo]] | None
@@ -201,6 +204,27 @@ class DocumentStore:
                 docs.append(parsed[1])
         docs.sort(key=lambda d: (-d.created_at, d.id))
         self._listed = (stamps, docs)
+        return list(docs)
+
+    def _searchable(self) -> list[DocInfo]:
+        """Every complete document, for a search over all of them, with a stat of the
+        documents directory alone while it is unchanged.
+
+        A document is added, replaced or forgotten only by a rename in that directory,
+        which changes its mtime; what changes in place (a cursor, a summary, a title
+        an import restores) is not what a search reads, and hits take their titles
+        from ``meta`` afresh. A listing is reused only once the directory's mtime is
+        ``SETTLED_NS`` older than the listing: a file system's clock ticks coarsely,
+        and a change in the same tick as the listing would keep the same mtime.
+        """
+        began = time.time_ns()
+        stamp = file_stamp(self.root)
+        last = self._searched
+        if stamp is not None and last is not None and last[0] == stamp:
+            return list(last[1])
+        docs = self.all()
+        settled = stamp is not None and began - stamp[1] > SETTLED_NS
+        self._searched = (stamp, docs) if settled and stamp is not None else None
         return list(docs)
 
     def unreadable(self) -> list[str]:
@@ -521,10 +545,31 @@ class DocumentStore:
         """The best chunks for analysed ``terms``, and the tables of the documents searched."""
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
-        docs = [self.get(doc_id)] if doc_id is not None else self.all()
+        docs = [self.get(doc_id)] if doc_id is not None else self._searchable()
         tables = [self.tables(d) for d in docs]
-        hits = best_chunks(docs, tables, terms, limit)
+        hits = best_chunks(docs, tables, self._corpus(tables), terms, limit)
+        if doc_id is None:  # titles as meta.json holds them now (see _searchable)
+            fresh = {h.doc_id: self._parsed(h.doc_id) for h in hits}
+            hits = [
+                replace(h, title=found[1].title) if (found := fresh[h.doc_id]) else h for h in hits
+            ]
         return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
+
+    def _corpus(self, tables: list[Tables]) -> Corpus:
+        """The indexes of ``tables`` joined: the last one built while it was built from
+        these very tables (a document ingested, replaced or forgotten makes a new one)."""
+        with self._lock:
+            last = self._joined
+            if (
+                last is not None
+                and len(last[0]) == len(tables)
+                and all(a is b for a, b in zip(last[0], tables, strict=True))
+            ):
+                return last[1]
+            corpus = Corpus([t.index for t in tables])
+            if len(tables) > 1:
+                self._joined = (tables, corpus)
+            return corpus
 
     @_steady
     def answer(

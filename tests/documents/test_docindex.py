@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from context_window.documents.index import IN_MEMORY_BYTES, DocIndex, IndexBuilder, score_all
+from context_window.documents.index import (
+    IN_MEMORY_BYTES,
+    Corpus,
+    DocIndex,
+    IndexBuilder,
+    score_all,
+)
 from context_window.documents.search import Scorer, word_count
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
@@ -96,6 +102,22 @@ def test_many_documents_use_summed_statistics(tmp_path: Path) -> None:
     np.testing.assert_allclose(split, both.scores(terms), rtol=1e-12)
 
 
+def test_a_corpus_remembers_joined_postings_and_scores_the_same(tmp_path: Path) -> None:
+    a = ["alpha beta gamma", "beta delta", "gamma epsilon zeta"]
+    b = ["alpha alpha omega", "omega psi", "beta psi chi", "chi phi"]
+    ia, analyzer = build(tmp_path / "a", a)
+    ib, _ = build(tmp_path / "b", b)
+    both, _ = build(tmp_path / "ab", a + b)
+    corpus = Corpus([ia, ib])
+    for query in ("alpha omega chi", "psi", "alpha omega chi", "nothing here", "psi"):
+        terms = analyzer.terms(query)
+        scores, matched, bases = corpus.score(terms)
+        np.testing.assert_allclose(scores, both.scores(terms), rtol=1e-12)
+        assert list(bases) == [0, 3, 7]
+        assert matched.sum() == sum(1 for t in a + b if set(analyzer.terms(t)) & set(terms))
+    assert "psi" in corpus._joined and "omega" in corpus._joined  # remembered for next time
+
+
 def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None:
     index, _ = build(tmp_path, TEXTS)
     again = DocIndex(tmp_path / "index")
@@ -109,6 +131,15 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
     terms = (tmp_path / "index" / "terms.bin").read_bytes()
     assert b"stra\xc3\x9fe" in terms  # UTF-8, sorted by bytes
     np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
+
+
+def test_a_small_vocabulary_in_memory_finds_what_the_file_search_finds(tmp_path: Path) -> None:
+    index, _ = build(tmp_path, TEXTS)
+    assert index._vocab is not None and len(index._vocab) == index.n_terms
+    probes = [*index._vocab, "nosuchterm", "", "zzzz", "a", "straße", "STRASSE"]
+    for term in probes:
+        assert index.find(term) == index._search(term), term
+    assert sorted(index._vocab.values()) == list(range(index.n_terms))
 
 
 def test_large_index_arrays_are_memory_mapped(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +201,26 @@ def test_listing_sees_what_another_store_changed(store: DocumentStore) -> None:
     other.ingest(text="# C\n\ndelta parser", doc_id="c")
     assert [d.id for d in store.all()] == ["c", "a"]
     assert {h.doc_id for h in store.answer("parser", None, 10, 2000).hits} == {"a", "c"}
+
+
+def test_search_over_all_sees_what_another_process_ingests_and_forgets(tmp_path: Path) -> None:
+    # A store reuses its listing while the documents directory is unchanged: another
+    # store (another process) ingesting, replacing or forgetting a document changes it.
+    a = DocumentStore(tmp_path / "data", TokenCounter(0.27))
+    b = DocumentStore(tmp_path / "data", TokenCounter(0.27))
+    a.ingest(text="the gearbox rattles at speed\n" * 20, doc_id="one", title="First")
+    a.ingest(text="the gearbox is quiet\n" * 20, doc_id="two")
+    time.sleep(0.25)  # older than SETTLED_NS: the next listing is kept
+    assert {h.doc_id for h in a.search("gearbox")} == {"one", "two"}
+    assert a._searched is not None  # the listing is being reused
+    b.ingest(text="a gearbox of a third kind\n" * 20, doc_id="three")
+    assert {h.doc_id for h in a.search("gearbox")} == {"one", "two", "three"}
+    b.forget("two")
+    assert {h.doc_id for h in a.search("gearbox")} == {"one", "three"}
+    b.ingest(text="nothing of the kind\n" * 20, doc_id="one")  # replaced
+    assert {h.doc_id for h in a.search("gearbox")} == {"three"}
+    time.sleep(0.25)
+    a.search("kind")
+    b.update_meta("three", title="Renamed in place")  # no rename in the directory
+    hit = next(h for h in a.search("gearbox") if h.doc_id == "three")
+    assert hit.title == "Renamed in place"
