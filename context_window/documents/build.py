@@ -17,12 +17,13 @@ Files besides those of ``index``::
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import numpy.typing as npt
 
 from context_window.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
-from context_window.documents.sandbox import decode_utf8
+from context_window.documents.sandbox import decode_utf8, not_utf8
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
 from context_window.storage import write_json_atomic
@@ -96,24 +97,56 @@ def build(
     data = holder.pop()
     progress(0.02, "decoding")
     text = decode_utf8(data, spec.source)
-    if len(text) > spec.max_chars:
-        raise InvalidInput(
-            f"{spec.source} is {len(text):,} characters; the limit is {spec.max_chars:,}. "
-            "Split it, or ingest the part you need"
-        )
-    if not text.strip():
-        raise InvalidInput(f"{spec.source} is empty: nothing to ingest")
+    _check_size(spec, len(text), not text.strip())
     directory.mkdir(parents=True)
     (directory / "source.txt").write_bytes(data)
     n_bytes = len(data)
     del data
+    segmented = len(text) > spec.segment_chars and not _has_structure(text)
+    texts = [len(text) if segmented else text]  # segments are read back from source.txt
+    del text
+    return _finish(directory, spec, n_bytes, texts, progress)
+
+
+def build_file(
+    directory: Path, spec: BuildSpec, copied: Copied, progress: Progress = no_progress
+) -> dict[str, Any]:
+    """Write a complete document into ``directory``, whose ``source.txt`` ``copy_source``
+    wrote (``copied`` tells what it holds); return meta. A large text without headings
+    or fences is chunked from disk a segment at a time, so the whole text is never in
+    memory; any other is read whole to be chunked."""
+    _check_size(spec, copied.chars, copied.blank)
+    segmented = copied.chars > spec.segment_chars and not copied.structured
+    source = directory / "source.txt"
+    # As bytes, then decoded: read_text would turn "\r\n" into "\n" and move every offset.
+    texts = [copied.chars if segmented else source.read_bytes().decode("utf-8")]
+    return _finish(directory, spec, copied.bytes, texts, progress)
+
+
+def _check_size(spec: BuildSpec, chars: int, blank: bool) -> None:
+    if chars > spec.max_chars:
+        raise InvalidInput(
+            f"{spec.source} is {chars:,} characters; the limit is {spec.max_chars:,}. "
+            "Split it, or ingest the part you need"
+        )
+    if blank:
+        raise InvalidInput(f"{spec.source} is empty: nothing to ingest")
+
+
+def _finish(
+    directory: Path, spec: BuildSpec, n_bytes: int, texts: list[str | int], progress: Progress
+) -> dict[str, Any]:
+    """Chunk and index ``directory``'s source.txt, then write meta.json; ``texts`` holds
+    either the whole text (emptied, so it is freed once chunked) or, for a text read in
+    segments from source.txt, its length in characters."""
     progress(0.05, "chunking")
-    chars = len(text)
+    text = texts.pop()
     batches: Iterator[tuple[list[Chunk], Spans]]
-    if chars > spec.segment_chars and not _has_structure(text):
-        del text  # segments are read back from source.txt: no full copy while indexing
+    if isinstance(text, int):
+        chars = text
         batches = _segments(directory / "source.txt", chars, spec, progress)
     else:
+        chars = len(text)
         chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
         batches = iter([(number_lines(text, chunks), byte_spans(text, chunks))])
         del text, chunks
@@ -139,6 +172,59 @@ def build(
     progress(0.98, "writing meta.json")
     write_json_atomic(directory / "meta.json", meta)  # last: its presence marks completion
     return meta
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What ``copy_source`` wrote: the source's digest, size, length and kind of text."""
+
+    sha256: str
+    bytes: int
+    chars: int
+    structured: bool  # a line opens an ATX heading or a code fence
+    blank: bool  # nothing but whitespace
+
+
+_HEAD = 16  # characters that hold any heading or fence marker, with its newline
+
+
+def copy_source(blocks: Iterable[bytes], dest: Path, what: str) -> Copied:
+    """Write ``blocks`` to a new file ``dest``, hashing them and checking they are UTF-8
+    as they pass (InvalidInput naming the first bad byte's offset), so a source of any
+    size is copied in constant memory."""
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    n = chars = 0
+    structured, blank = False, True
+    head = tail = ""  # the text's first characters; the last ones so far
+    with dest.open("xb") as out:
+        for block in blocks:
+            digest.update(block)
+            out.write(block)
+            text = _decode(decoder, block, n, what)
+            n += len(block)
+            chars += len(text)
+            blank = blank and (not text or text.isspace())
+            if len(head) < _HEAD:
+                head += text[: _HEAD - len(head)]
+            if not structured and text:  # a marker may straddle two blocks: keep a tail
+                probe = tail + text
+                structured = bool(_STRUCTURE_AFTER_NEWLINE.search(probe))
+                tail = probe[-_HEAD:]
+        _decode(decoder, b"", n, what, final=True)
+    structured = structured or bool(_STRUCTURE.match(head))
+    return Copied(digest.hexdigest(), n, chars, structured, blank)
+
+
+def _decode(
+    decoder: codecs.IncrementalDecoder, block: bytes, at: int, what: str, final: bool = False
+) -> str:
+    pending = len(decoder.getstate()[0])  # bytes of a character begun in the last block
+    try:
+        return decoder.decode(block, final)
+    except UnicodeDecodeError as exc:
+        start = at - pending + exc.start
+        raise not_utf8(what, start, exc.object[exc.start : exc.start + 4]) from None
 
 
 def number_lines(text: str, chunks: list[Chunk], first_line: int = 1) -> list[Chunk]:
@@ -231,7 +317,7 @@ def _write_chunks(
     spans: list[Spans] = []
     trails: dict[str, int] = {}
     counter = TermCounter()
-    builder = IndexBuilder()
+    builder = IndexBuilder(spill=index_dir)  # postings wait on disk, not in memory
     prev_end = 0
     tokens = 0.0  # each chunk's tokens pro rata to the characters its predecessor lacks
     done = 0

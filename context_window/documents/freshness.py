@@ -13,12 +13,12 @@ are "unknown", not stale.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from context_window.documents.build import sha256_of
-from context_window.documents.sandbox import read_file, resolve_in_roots
+from context_window.documents.sandbox import open_file, resolve_in_roots
 from context_window.documents.tables import DocInfo
 from context_window.errors import ContextWindowError, NotFound
 
@@ -52,12 +52,17 @@ def source_state(doc: DocInfo, roots: Sequence[Path], max_bytes: int) -> SourceS
         return SourceState(CHANGED, f"size {size:,} -> {now.st_size:,} bytes")
     if now.st_mtime_ns == mtime_ns:
         return SourceState(FRESH)
+    digest = hashlib.sha256()
     try:
-        found = read_file(doc.source, roots, max_bytes)
+        with open_file(doc.source, roots, max_bytes) as opened:
+            for block in opened.blocks(max_bytes):  # hashed as it is read: never held whole
+                digest.update(block)
     except NotFound:
         return SourceState(MISSING, f"{doc.source} no longer exists")
     except ContextWindowError as exc:
         return SourceState(UNKNOWN, str(exc))
-    if sha256_of(found.data) != doc.sha256:
+    except OSError as exc:
+        return SourceState(UNKNOWN, f"cannot read {doc.source}: {exc.strerror}")
+    if digest.hexdigest() != doc.sha256:
         return SourceState(CHANGED, "content differs (same size)")
-    return SourceState(FRESH, "touched, content unchanged", found.mtime_ns)
+    return SourceState(FRESH, "touched, content unchanged", opened.mtime_ns)

@@ -30,7 +30,7 @@ import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,9 @@ from context_window.textindex import average_idf, idf_values, term_scores
 INDEX_VERSION = 3
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
+SORT_PASSES = 8  # postings are sorted into term order this many ranges of terms at a time
+TERMS_PER_WRITE = 65_536
+_SPILLED = (".chunks.part", ".terms.part", ".tfs.part")  # IndexBuilder's spill files
 HELD_POSTINGS = 1024  # postings up to this long are remembered per term (12 KB at most)
 F64 = npt.NDArray[np.float64]
 
@@ -53,52 +56,82 @@ class OldIndex(ValueError):
 
 
 class IndexBuilder:
-    """Collects term-count triples batch by batch; ``write`` sorts them into postings."""
+    """Collects term-count triples batch by batch; ``write`` sorts them into postings.
 
-    def __init__(self) -> None:
+    With a ``spill`` directory, each batch's triples are appended to files there as
+    they come (and read back once by ``write``), so a large document's postings are
+    not held in memory while it is chunked and counted.
+    """
+
+    def __init__(self, spill: Path | None = None) -> None:
         self._chunks: list[npt.NDArray[np.uint32]] = []
         self._terms: list[npt.NDArray[np.uint32]] = []
         self._tfs: list[npt.NDArray[np.uint32]] = []
         self._lengths: list[npt.NDArray[np.int64]] = []
+        self._spill = spill
+        self._spilled: list[BinaryIO] = []
         self.n_chunks = 0
 
     def add(self, batch: Triples) -> None:
         """Add one batch of chunks (numbered after those already added)."""
-        self._chunks.append(batch.chunk + np.uint32(self.n_chunks))
-        self._terms.append(batch.term)
-        self._tfs.append(batch.tf)
+        columns = (batch.chunk + np.uint32(self.n_chunks), batch.term, batch.tf)
+        if self._spill is None:
+            for parts, column in zip((self._chunks, self._terms, self._tfs), columns, strict=True):
+                parts.append(column)
+        else:
+            if not self._spilled:
+                self._spilled = [(self._spill / name).open("wb") for name in _SPILLED]
+            for f, column in zip(self._spilled, columns, strict=True):
+                f.write(column.astype(np.uint32, copy=False).tobytes())
         self._lengths.append(batch.lengths)
         self.n_chunks += len(batch.lengths)
 
+    def _columns(self) -> tuple[npt.NDArray[np.uint32], ...]:
+        """The postings' chunk, term and tf columns, in the order they were added."""
+        if self._spill is None:
+            return tuple(_drain(parts) for parts in (self._chunks, self._terms, self._tfs))
+        out = []
+        for f, name in itertools.zip_longest(self._spilled, _SPILLED):
+            if f is not None:
+                f.close()
+            path = self._spill / name
+            out.append(
+                np.fromfile(path, dtype=np.uint32) if path.exists() else np.zeros(0, np.uint32)
+            )
+            path.unlink(missing_ok=True)
+        self._spilled = []
+        return tuple(out)
+
     def write(self, directory: Path, vocab: dict[str, int]) -> dict[str, Any]:
-        """Write the index files into ``directory``; return the stats it wrote."""
+        """Write the index files into ``directory``; return the stats it wrote.
+
+        ``vocab`` (term to id, as the triples number them) is emptied once the terms are
+        written: in a large document it is the largest thing the build holds, and the
+        postings are read back and sorted after it.
+        """
         directory.mkdir(parents=True, exist_ok=True)
+        n_terms = len(vocab)
         terms = sorted(vocab)
         old_ids = np.fromiter((vocab[t] for t in terms), dtype=np.int64, count=len(terms))
         rank = np.empty(len(vocab), dtype=np.uint32)
         rank[old_ids] = np.arange(len(terms), dtype=np.uint32)
         del old_ids
-        encoded = [t.encode("utf-8") for t in terms]
+        lens = np.zeros(len(terms), dtype=np.uint64)
+        with (directory / "terms.bin").open("wb") as f:  # encoded a slice at a time
+            for at in range(0, len(terms), TERMS_PER_WRITE):
+                encoded = [t.encode("utf-8") for t in terms[at : at + TERMS_PER_WRITE]]
+                lens[at : at + len(encoded)] = [len(e) for e in encoded]
+                f.write(b"".join(encoded))
         del terms
-        lens = np.fromiter((len(e) for e in encoded), dtype=np.uint64, count=len(encoded))
-        (directory / "terms.bin").write_bytes(b"".join(encoded))
-        del encoded
+        vocab.clear()
         offsets = np.concatenate((np.zeros(1, np.uint64), np.cumsum(lens, dtype=np.uint64)))
         np.save(directory / "term_offsets.npy", offsets)
-        chunk = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.uint32)
-        self._chunks.clear()
-        term = rank[np.concatenate(self._terms)] if self._terms else np.zeros(0, np.uint32)
-        self._terms.clear()
-        tf = np.concatenate(self._tfs) if self._tfs else np.zeros(0, np.uint32)
-        self._tfs.clear()
-        order = np.argsort(term, kind="stable")  # chunks stay ascending within a term
-        df = np.bincount(term, minlength=len(vocab)).astype(np.int64)
-        del term
-        np.save(directory / "post_chunks.npy", chunk[order])
-        del chunk
+        chunk, term, tf = self._columns()
+        np.take(rank, term, out=term)  # renumbered in place: ids in sorted term order
+        df = np.bincount(term, minlength=n_terms).astype(np.int64)
         tf_type = np.uint16 if len(tf) == 0 or int(tf.max()) <= 0xFFFF else np.uint32
-        np.save(directory / "post_tfs.npy", tf[order].astype(tf_type))
-        del tf, order
+        _write_postings(directory, chunk, term, tf, df, tf_type)
+        del chunk, term, tf
         np.save(directory / "post_offsets.npy", np.concatenate(([0], np.cumsum(df))))
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         np.save(directory / "doc_len.npy", lengths.astype(np.uint32))
@@ -106,7 +139,7 @@ class IndexBuilder:
         stats = {
             "version": INDEX_VERSION,
             "chunks": n,
-            "terms": len(vocab),
+            "terms": n_terms,
             "postings": int(df.sum()),
             "avgdl": float(lengths.sum()) / n if n else 0.0,
             "total_len": int(lengths.sum()),
@@ -114,6 +147,55 @@ class IndexBuilder:
         }
         write_json_atomic(directory / "stats.json", stats)
         return stats
+
+
+def _drain(parts: list[npt.NDArray[np.uint32]]) -> npt.NDArray[np.uint32]:
+    """``parts`` joined into one array, each freed as soon as it is copied (``parts`` is
+    emptied): joining them at once would hold every posting twice."""
+    out = np.empty(sum(len(p) for p in parts), dtype=np.uint32)
+    at = 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out
+
+
+def _write_postings(
+    directory: Path,
+    chunk: npt.NDArray[np.uint32],
+    term: npt.NDArray[np.uint32],
+    tf: npt.NDArray[np.uint32],
+    df: npt.NDArray[np.int64],
+    tf_type: type[np.unsignedinteger[Any]],
+) -> None:
+    """post_chunks.npy and post_tfs.npy: the postings in term order, chunks ascending
+    within a term (the triples come in chunk order, and each sort is stable).
+
+    They are sorted and written a range of terms at a time, each range holding about
+    1/``SORT_PASSES`` of the postings, so the sort's index arrays are that much smaller
+    than the postings (a 1 GB log has 35 million).
+    """
+    n = len(term)
+    cum = np.cumsum(df)
+    cuts = np.searchsorted(cum, np.arange(1, SORT_PASSES) * (n / SORT_PASSES), side="left")
+    bounds = [0, *sorted({int(c) + 1 for c in cuts}), len(df)]
+    dtypes = (np.dtype(np.uint32), np.dtype(tf_type))
+    with (
+        (directory / "post_chunks.npy").open("wb") as fc,
+        (directory / "post_tfs.npy").open("wb") as ft,
+    ):
+        for f, dtype in zip((fc, ft), dtypes, strict=True):
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(f, {**header, "shape": (n,)})
+        for a, b in itertools.pairwise(bounds):
+            if a >= b:
+                continue
+            at = np.flatnonzero((term >= a) & (term < b))  # ascending: chunk order
+            at = at[np.argsort(term[at], kind="stable")]
+            fc.write(chunk[at].tobytes())
+            ft.write(tf[at].astype(tf_type).tobytes())
 
 
 Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]

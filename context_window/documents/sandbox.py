@@ -12,10 +12,11 @@ FIFO between the check and the read is therefore refused, not followed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +24,6 @@ from context_window.errors import SET_INGEST_ROOT, AccessDenied, InvalidInput, N
 
 NO_ROOTS = "files can be read only under an ingest root, and none is configured"
 _READ_BLOCK = 1 << 22
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """The bytes of a file read from an ingest root, its resolved path and modification time."""
-
-    path: Path
-    data: bytes
-    mtime_ns: int = 0
 
 
 def _inside(path: Path, roots: Sequence[Path]) -> bool:
@@ -90,8 +82,31 @@ def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
     )
 
 
-def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFile:
-    """Read a regular file inside an ingest root, refusing anything else with AccessDenied."""
+@dataclass(frozen=True)
+class OpenFile:
+    """A checked, open regular file inside an ingest root (see ``open_file``)."""
+
+    fd: int
+    path: Path
+    size: int
+    mtime_ns: int
+
+    def blocks(self, max_bytes: int, size: int = _READ_BLOCK) -> Iterator[bytes]:
+        """The file's bytes in blocks from where the descriptor is; InvalidInput once more
+        than ``max_bytes`` came (a file that grew past the limit while it was read)."""
+        seen = 0
+        while block := os.read(self.fd, size):
+            seen += len(block)
+            if seen > max_bytes:
+                raise InvalidInput(_too_big(self.path, seen, max_bytes))
+            yield block
+
+
+@contextlib.contextmanager
+def open_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> Iterator[OpenFile]:
+    """Open a regular file inside an ingest root for reading, closing it when the block
+    ends; AccessDenied (anything else, or a file that changed while it was opened) or
+    InvalidInput (too big) otherwise."""
     real = resolve_in_roots(file_path, roots)
     try:
         before = real.lstat()
@@ -113,12 +128,9 @@ def read_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> SourceFi
                 "ingest roots could be read through one, so only singly linked files are read"
             )
         _check_descriptor_path(fd, real, roots)
-        data = _read_all(fd, after.st_size, max_bytes)
+        yield OpenFile(fd, real, after.st_size, after.st_mtime_ns)
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
-        raise InvalidInput(_too_big(real, len(data), max_bytes))
-    return SourceFile(real, data, after.st_mtime_ns)
 
 
 _FILE_FLAGS = (
@@ -185,26 +197,6 @@ def _check_descriptor_path(fd: int, real: Path, roots: Sequence[Path]) -> None:
         raise AccessDenied(f"{real} changed while it was being opened; refusing it")
 
 
-def _read_all(fd: int, size: int, max_bytes: int) -> bytes:
-    """The file's bytes, up to ``max_bytes + 1`` (one more than allowed reveals growth).
-
-    The expected size is read in one call, so a large file is one allocation
-    rather than many blocks joined (which would briefly need twice the memory).
-    """
-    data = os.read(fd, min(size, max_bytes) + 1)
-    if len(data) <= size:
-        return data
-    parts = [data]  # the file grew while we read it
-    left = max_bytes + 1 - len(data)
-    while left > 0:
-        block = os.read(fd, min(left, _READ_BLOCK))
-        if not block:
-            break
-        parts.append(block)
-        left -= len(block)
-    return b"".join(parts)
-
-
 def _too_big(path: Path, size: int, max_bytes: int) -> str:
     """The message for a file over the size limit."""
     return (
@@ -218,8 +210,12 @@ def decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        bad = data[exc.start : exc.start + 4].hex(" ")
-        raise InvalidInput(
-            f"{what} is not valid UTF-8: byte offset {exc.start} ({bad}); "
-            "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
-        ) from None
+        raise not_utf8(what, exc.start, data[exc.start : exc.start + 4]) from None
+
+
+def not_utf8(what: str, offset: int, bad: bytes) -> InvalidInput:
+    """The error for text that is not UTF-8 at byte ``offset`` (``bad``: the bytes there)."""
+    return InvalidInput(
+        f"{what} is not valid UTF-8: byte offset {offset} ({bad.hex(' ')}); "
+        "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+    )

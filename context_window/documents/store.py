@@ -18,15 +18,18 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from context_window.documents.build import (
     SEGMENT_CHARS,
     BuildSpec,
+    Copied,
     Progress,
     build,
+    build_file,
+    copy_source,
     encode_text,
     no_progress,
     sha256_of,
@@ -36,7 +39,7 @@ from context_window.documents.freshness import INLINE_SOURCE, SourceState, sourc
 from context_window.documents.index import Corpus, OldIndex
 from context_window.documents.query import CANDIDATE_CHUNKS, best_chunks, best_passages
 from context_window.documents.reingest import carry_cursors, chunk_settings, compare
-from context_window.documents.sandbox import read_file
+from context_window.documents.sandbox import open_file
 from context_window.documents.search import Answer
 from context_window.documents.tables import (
     DocInfo,
@@ -104,6 +107,19 @@ def _steady(
         return store.retried(lambda: read(store, *args, **kwargs), again)
 
     return wrapper
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where an ingest's text comes from, as ``DocumentStore._ingest`` needs it."""
+
+    name: str  # what meta.json's "source" says: the file's resolved path, or INLINE_SOURCE
+    default_title: str
+    max_chars: int
+    mtime_ns: int | None = None  # a file's, recorded to tell when it changes
+    place: Callable[[Path], tuple[str, int]] | None = None  # copies a file in: (sha256, size)
+    sha256: str = ""  # inline text's, known before anything is written
+    size: int = 0
 
 
 class DocumentStore:
@@ -423,53 +439,81 @@ class DocumentStore:
             check_id(doc_id, "doc_id")
         check_title(title)
         progress(0.0, "reading")
-        mtime_ns: int | None = None
         if file_path is not None:
-            found = read_file(file_path, self.ingest_roots, self.max_file_bytes)
-            data, source, default_title = found.data, str(found.path), found.path.name
-            mtime_ns = found.mtime_ns
-            del found  # the bytes must have one owner, so build can free them early
-        else:
-            assert text is not None
-            if len(text) > self.max_chars:
-                raise InvalidInput(
-                    f"text is {len(text):,} characters; the limit is {self.max_chars:,}"
-                )
-            data, source = encode_text(text), INLINE_SOURCE
-            default_title = first_line(text)
-        digest = sha256_of(data)
-        same = next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
+            with open_file(file_path, self.ingest_roots, self.max_file_bytes) as opened:
+                copied: list[Copied] = []
+
+                def place(work: Path) -> tuple[str, int]:
+                    """Copy the file in, block by block: it is never in memory whole."""
+                    work.mkdir(parents=True)
+                    blocks = opened.blocks(self.max_file_bytes)
+                    copied.append(copy_source(blocks, work / "source.txt", str(opened.path)))
+                    return copied[0].sha256, copied[0].bytes
+
+                def write_file(work: Path, spec: BuildSpec) -> None:
+                    build_file(work, spec, copied[0], progress)
+
+                name, max_chars = str(opened.path), self.max_file_bytes
+                source = _Source(name, opened.path.name, max_chars, opened.mtime_ns, place)
+                return self._ingest(source, title, doc_id, rechunk, write_file, started)
+        assert text is not None
+        if len(text) > self.max_chars:
+            raise InvalidInput(f"text is {len(text):,} characters; the limit is {self.max_chars:,}")
+        holder = [encode_text(text)]
+        digest, size = sha256_of(holder[0]), len(holder[0])
+
+        def write(work: Path, spec: BuildSpec) -> None:
+            build(work, spec, holder, progress)
+
+        source = _Source(INLINE_SOURCE, first_line(text), self.max_chars, None, None, digest, size)
+        return self._ingest(source, title, doc_id, rechunk, write, started)
+
+    def _ingest(
+        self,
+        source: _Source,
+        title: str | None,
+        doc_id: str | None,
+        rechunk: bool,
+        write: Callable[[Path, BuildSpec], None],
+        started: float,
+    ) -> Ingested:
+        """Build a document in a work directory and rename it into place; a text another
+        document holds already, with no doc_id asked for, returns that one instead. A
+        file is first copied into the work directory (``source.place``), which tells its
+        sha256; inline text is checked for a duplicate before anything is written."""
+        digest, size = source.sha256, source.size
+        same = self._same_content(digest, doc_id) if digest else None
         if same is not None and doc_id is None:
-            if mtime_ns is not None and same.source == source:  # the file is fresh again
-                stat = {"size": len(data), "mtime_ns": mtime_ns}
-                same = self.update_meta(same.id, source_stat=stat)
-            took = time.perf_counter() - started
-            return Ingested(same, same.id, reused=True, replaced=False, seconds=took)
+            return self._reused(same, source, size, started)
         final_id = doc_id or new_id("d")
         old_meta = self._meta(final_id) if doc_id is not None else None
         tokens, overlap, ratio = chunk_settings(
             None if rechunk else old_meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
         )
-        spec = BuildSpec(
-            final_id,
-            title or clean_title(default_title) or final_id,
-            source,
-            digest,
-            tokens,
-            overlap,
-            ratio,
-            self.max_chars if file_path is None else self.max_file_bytes,
-            mtime_ns,
-            self.segment_chars,
-        )
-        holder = [data]
-        del data
         kept: Kept | None = None
         made = not self.root.exists()
         try:
             with work_dir(self.root, final_id) as work:
                 try:
-                    build(work, spec, holder, progress)
+                    if source.place is not None:
+                        digest, size = source.place(work)
+                        same = self._same_content(digest, doc_id)
+                        if same is not None and doc_id is None:
+                            shutil.rmtree(work, ignore_errors=True)
+                            return self._reused(same, source, size, started)
+                    spec = BuildSpec(
+                        final_id,
+                        title or clean_title(source.default_title) or final_id,
+                        source.name,
+                        digest,
+                        tokens,
+                        overlap,
+                        ratio,
+                        source.max_chars,
+                        source.mtime_ns,
+                        self.segment_chars,
+                    )
+                    write(work, spec)
                     if old_meta is not None:
                         kept = self._carry_over(self.root / final_id, work)
                     replaced = self._commit(work, final_id)
@@ -483,6 +527,20 @@ class DocumentStore:
         doc = self.get(final_id)
         dup = same.id if same is not None else None
         return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)
+
+    def _same_content(self, digest: str, doc_id: str | None) -> DocInfo | None:
+        """Another document holding the text whose sha256 is ``digest``, if any."""
+        return next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
+
+    def _reused(self, same: DocInfo, source: _Source, size: int, started: float) -> Ingested:
+        """The document that holds this text already; when it came from this very file,
+        its source is recorded as fresh again."""
+        if source.mtime_ns is not None and same.source == source.name:
+            same = self.update_meta(
+                same.id, source_stat={"size": size, "mtime_ns": source.mtime_ns}
+            )
+        took = time.perf_counter() - started
+        return Ingested(same, same.id, reused=True, replaced=False, seconds=took)
 
     def _carry_over(self, old: Path, work: Path) -> Kept | None:
         """Compare a replacement with the version it replaces and carry its cursors over."""

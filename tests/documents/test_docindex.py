@@ -36,9 +36,12 @@ TEXTS = [
 ]
 
 
-def build(tmp_path: Path, texts: list[str], batch: int = 3) -> tuple[DocIndex, Analyzer]:
+def build(
+    tmp_path: Path, texts: list[str], batch: int = 3, spill: bool = False
+) -> tuple[DocIndex, Analyzer]:
     counter = TermCounter()
-    builder = IndexBuilder()
+    (tmp_path / "index").mkdir(parents=True, exist_ok=True)
+    builder = IndexBuilder(spill=tmp_path / "index" if spill else None)
     for i in range(0, len(texts), batch):
         builder.add(counter.count(texts[i : i + batch]))
     builder.write(tmp_path / "index", counter.vocab)
@@ -131,6 +134,31 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
     terms = (tmp_path / "index" / "terms.bin").read_bytes()
     assert b"stra\xc3\x9fe" in terms  # UTF-8, sorted by bytes
     np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(
+    tmp_path: Path, spill: bool
+) -> None:
+    # Skewed term frequencies (a few terms in most chunks, many in one or two), built in
+    # batches and sorted a range of terms at a time: each term's postings must be exactly
+    # its chunks, ascending, with their counts.
+    rng = np.random.default_rng(5)
+    vocab = [f"w{k}z" for k in range(400)]
+    texts = [
+        " ".join(vocab[int(k)] for k in rng.zipf(1.3, size=40) % len(vocab)) for _ in range(300)
+    ]
+    index, analyzer = build(tmp_path, texts, batch=37, spill=spill)
+    assert not list((tmp_path / "index").glob(".*"))  # the spill files are gone
+    expected: dict[str, dict[int, int]] = {}
+    for c, text in enumerate(texts):
+        for term, tf in analyzer.counts(text).items():
+            expected.setdefault(term, {})[c] = tf
+    assert index.n_terms == len(expected)
+    for term, chunks in expected.items():
+        got_chunks, got_tfs = index.postings(index.find(term))
+        assert got_chunks.tolist() == sorted(chunks), term
+        assert got_tfs.tolist() == [chunks[c] for c in sorted(chunks)], term
 
 
 def test_a_small_vocabulary_in_memory_finds_what_the_file_search_finds(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from mcp import Client
 from opens import watching_opens
 
 from context_window.config import load_settings
-from context_window.documents.sandbox import read_file
+from context_window.documents.sandbox import open_file
 from context_window.errors import AccessDenied
 from context_window.server.app import build_server
 from context_window.service import Service
@@ -198,6 +198,10 @@ def test_file_swapped_for_a_symlink_after_the_check_is_refused(tmp_path: Path, r
             target.unlink()
             target.symlink_to(secret)
 
-    with watching_opens(swap_before_open), pytest.raises(AccessDenied):
-        read_file("ok.txt", [root], 1000)
+    with (
+        watching_opens(swap_before_open),
+        pytest.raises(AccessDenied),
+        open_file("ok.txt", [root], 1000),
+    ):
+        pass
     assert swapped, "the sandbox never opened ok.txt"
