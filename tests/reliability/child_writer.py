@@ -101,8 +101,10 @@ def run_ingest(data: Path, doc_id: str, seed: int) -> None:
     from context_window.service import Service
 
     rng = random.Random(seed)
-    settings = load_settings({"data_dir": data, "llm_enabled": False, "audit": False}, environ={})
-    service = Service(settings)
+    roots = data.parent / f"{data.name}-sources"  # every other version comes from a file
+    roots.mkdir(exist_ok=True)
+    flags = {"data_dir": data, "llm_enabled": False, "audit": False, "ingest_roots": [roots]}
+    service = Service(load_settings(flags, environ={}))
     ack("ready")
     n = 0
     while True:
@@ -110,7 +112,12 @@ def run_ingest(data: Path, doc_id: str, seed: int) -> None:
             f"# Part {i}\n\nround {seed} version {n} paragraph {i} " + "lorem ipsum " * 40
             for i in range(rng.randint(20, 200))
         )
-        doc = service.documents.ingest(text=body, doc_id=doc_id, title=f"v{seed}.{n}").doc
+        title = f"v{seed}.{n}"
+        if n % 2:
+            (roots / "doc.md").write_text(body, encoding="utf-8")
+            doc = service.documents.ingest(file_path="doc.md", doc_id=doc_id, title=title).doc
+        else:
+            doc = service.documents.ingest(text=body, doc_id=doc_id, title=title).doc
         ack(f"I {doc.id} v{seed}.{n} {doc.chunks}")
         n += 1
 
