@@ -81,6 +81,7 @@ MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
 SETTLED_NS = 100_000_000  # a listing is reused once the directory is this much older
+COARSE_SETTLED_NS = 3_000_000_000  # the same where mtimes fall on whole seconds (FAT: 2 s)
 log = logging.getLogger("context_window")
 
 
@@ -231,7 +232,9 @@ class DocumentStore:
         an import restores) is not what a search reads, and hits take their titles
         from ``meta`` afresh. A listing is reused only once the directory's mtime is
         ``SETTLED_NS`` older than the listing: a file system's clock ticks coarsely,
-        and a change in the same tick as the listing would keep the same mtime.
+        and a change in the same tick as the listing would keep the same mtime. An
+        mtime on a whole second may come from a file system that keeps no fractions
+        (FAT, ext3, HFS+): then the wait is ``COARSE_SETTLED_NS``.
         """
         began = time.time_ns()
         stamp = file_stamp(self.root)
@@ -239,7 +242,8 @@ class DocumentStore:
         if stamp is not None and last is not None and last[0] == stamp:
             return list(last[1])
         docs = self.all()
-        settled = stamp is not None and began - stamp[1] > SETTLED_NS
+        wait = SETTLED_NS if stamp is not None and stamp[1] % 1_000_000_000 else COARSE_SETTLED_NS
+        settled = stamp is not None and began - stamp[1] > wait
         self._searched = (stamp, docs) if settled and stamp is not None else None
         return list(docs)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from opens import watching_opens
 
 from context_window.chunking import chunk_text
-from context_window.documents.store import DocumentStore
+from context_window.documents.store import COARSE_SETTLED_NS, SETTLED_NS, DocumentStore
 from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
 from context_window.tokens import TokenCounter
 
@@ -224,3 +225,28 @@ def test_search_over_all_sees_what_another_process_ingests_and_forgets(tmp_path:
     b.update_meta("three", title="Renamed in place")  # no rename in the directory
     hit = next(h for h in a.search("gearbox") if h.doc_id == "three")
     assert hit.title == "Renamed in place"
+
+
+def test_a_listing_on_whole_second_mtimes_waits_longer_before_it_is_reused(
+    tmp_path: Path,
+) -> None:
+    # A file system that keeps no fractions of a second (FAT, ext3, HFS+) can give a
+    # change within the same second the same mtime: such a listing is reused only once
+    # the directory is COARSE_SETTLED_NS old, a finer one after SETTLED_NS.
+    store = DocumentStore(tmp_path / "data", TokenCounter(0.27))
+    store.ingest(text="the gearbox rattles\n" * 20, doc_id="one")
+    now = time.time_ns()
+    for age_ns, whole, reused in [
+        (SETTLED_NS * 3, False, True),
+        (SETTLED_NS * 3, True, False),
+        (COARSE_SETTLED_NS + SETTLED_NS * 5, True, True),
+    ]:
+        mtime = now - age_ns
+        if whole:
+            mtime -= mtime % 1_000_000_000
+        else:
+            mtime -= mtime % 1_000_000_000 - 123_456_789  # a fraction of a second
+        os.utime(store.root, ns=(mtime, mtime))
+        store._searched = None
+        store.search("gearbox")
+        assert (store._searched is not None) == reused, (age_ns, whole)
