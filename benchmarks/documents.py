@@ -28,9 +28,15 @@ SEARCH_LIMIT = 10
 
 
 def open_store(data_dir: Path, roots: list[Path]) -> tuple[Service, Any]:
-    """A Service with default settings on ``data_dir``, and its document store."""
+    """A Service with default settings on ``data_dir``, and its document store; the file
+    limit is raised only as far as the largest file in ``roots`` (``--large``: 1 GB)."""
+    largest = max((p.stat().st_size for r in roots for p in r.glob("*") if p.is_file()), default=0)
     settings = Settings(
-        data_dir=data_dir, ingest_roots=tuple(roots), llm_enabled=False, audit=False
+        data_dir=data_dir,
+        ingest_roots=tuple(roots),
+        llm_enabled=False,
+        audit=False,
+        max_file_mb=max(Settings.max_file_mb, -(-largest // (1 << 20))),
     )
     service = Service(settings)
     return service, service.documents

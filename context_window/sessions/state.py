@@ -331,7 +331,7 @@ class SessionState:
 
     def expired(self, rec: Record, now: float) -> bool:
         """Whether a record is past its expiry at ``now`` (pinned entries never are)."""
-        return rec["expires_at"] is not None and rec["expires_at"] <= now and not rec["pinned"]
+        return rec.expires_at is not None and rec.expires_at <= now and not rec.pinned
 
     def masks(self, now: float) -> Masks:
         """The flags of every position as arrays, with expiry at ``now`` (as :meth:`expired`)."""
@@ -346,7 +346,7 @@ class SessionState:
     def entry(self, eid: str, now: float) -> Entry:
         """The entry ``eid`` as of ``now`` (expiry depends on the time)."""
         r = self.records[eid]
-        expired = r.expires_at is not None and r.expires_at <= now and not r.pinned
+        expired = self.expired(r, now)
         replaced_by = tuple(self.live_replacers(eid)) if eid in self.replacers else ()
         return Entry(  # named fields: a third of the cost of Entry(**r), on recall's path
             id=r.id,

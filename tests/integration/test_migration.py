@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import SettingsFactory, client
 
+from context_window.cli.doctor import audit
 from context_window.documents.index import INDEX_VERSION
 
 FIXTURE = Path(__file__).parents[1] / "data" / "datadir-0.1.0"
@@ -92,3 +93,12 @@ async def test_an_old_session_recalls_with_the_new_ranking(
         assert "User asked about retry policies for failed webhooks." in texts
         tagged = await c.call_tool("context_recall", {"session_id": "release-010", "tags": ["db"]})
         assert [e["text"][:7] for e in tagged.structured_content["entries"]] == ["Decided"]
+
+
+def test_doctor_finds_a_data_dir_of_the_old_layout_clean(old_data: Path) -> None:
+    # Before its first use, a document still has chunks.jsonl and line offsets: the
+    # layout doctor checked then, and checks still.
+    assert (old_data / "documents" / "ops-guide" / "chunks.jsonl").exists()
+    report = audit(old_data)
+    assert not report.problems, report.problems
+    assert report.documents == 1 and report.chunks > 0
