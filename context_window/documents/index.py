@@ -58,15 +58,12 @@ class OldIndex(ValueError):
 class IndexBuilder:
     """Collects term-count triples batch by batch; ``write`` sorts them into postings.
 
-    With a ``spill`` directory, each batch's triples are appended to files there as
-    they come (and read back once by ``write``), so a large document's postings are
-    not held in memory while it is chunked and counted.
+    Each batch's triples are appended to files in the ``spill`` directory as they come
+    (and read back once by ``write``), so a large document's postings are not held in
+    memory while it is chunked and counted.
     """
 
-    def __init__(self, spill: Path | None = None) -> None:
-        self._chunks: list[npt.NDArray[np.uint32]] = []
-        self._terms: list[npt.NDArray[np.uint32]] = []
-        self._tfs: list[npt.NDArray[np.uint32]] = []
+    def __init__(self, spill: Path) -> None:
         self._lengths: list[npt.NDArray[np.int64]] = []
         self._spill = spill
         self._spilled: list[BinaryIO] = []
@@ -74,22 +71,16 @@ class IndexBuilder:
 
     def add(self, batch: Triples) -> None:
         """Add one batch of chunks (numbered after those already added)."""
+        if not self._spilled:
+            self._spilled = [(self._spill / name).open("wb") for name in _SPILLED]
         columns = (batch.chunk + np.uint32(self.n_chunks), batch.term, batch.tf)
-        if self._spill is None:
-            for parts, column in zip((self._chunks, self._terms, self._tfs), columns, strict=True):
-                parts.append(column)
-        else:
-            if not self._spilled:
-                self._spilled = [(self._spill / name).open("wb") for name in _SPILLED]
-            for f, column in zip(self._spilled, columns, strict=True):
-                f.write(column.astype(np.uint32, copy=False).tobytes())
+        for f, column in zip(self._spilled, columns, strict=True):
+            f.write(column.astype(np.uint32, copy=False).tobytes())
         self._lengths.append(batch.lengths)
         self.n_chunks += len(batch.lengths)
 
     def _columns(self) -> tuple[npt.NDArray[np.uint32], ...]:
         """The postings' chunk, term and tf columns, in the order they were added."""
-        if self._spill is None:
-            return tuple(_drain(parts) for parts in (self._chunks, self._terms, self._tfs))
         out = []
         for f, name in itertools.zip_longest(self._spilled, _SPILLED):
             if f is not None:
@@ -147,19 +138,6 @@ class IndexBuilder:
         }
         write_json_atomic(directory / "stats.json", stats)
         return stats
-
-
-def _drain(parts: list[npt.NDArray[np.uint32]]) -> npt.NDArray[np.uint32]:
-    """``parts`` joined into one array, each freed as soon as it is copied (``parts`` is
-    emptied): joining them at once would hold every posting twice."""
-    out = np.empty(sum(len(p) for p in parts), dtype=np.uint32)
-    at = 0
-    parts.reverse()
-    while parts:
-        part = parts.pop()
-        out[at : at + len(part)] = part
-        at += len(part)
-    return out
 
 
 def _write_postings(

@@ -36,12 +36,10 @@ TEXTS = [
 ]
 
 
-def build(
-    tmp_path: Path, texts: list[str], batch: int = 3, spill: bool = False
-) -> tuple[DocIndex, Analyzer]:
+def build(tmp_path: Path, texts: list[str], batch: int = 3) -> tuple[DocIndex, Analyzer]:
     counter = TermCounter()
     (tmp_path / "index").mkdir(parents=True, exist_ok=True)
-    builder = IndexBuilder(spill=tmp_path / "index" if spill else None)
+    builder = IndexBuilder(spill=tmp_path / "index")
     for i in range(0, len(texts), batch):
         builder.add(counter.count(texts[i : i + batch]))
     builder.write(tmp_path / "index", counter.vocab)
@@ -136,10 +134,7 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
     np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
 
 
-@pytest.mark.parametrize("spill", [False, True])
-def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(
-    tmp_path: Path, spill: bool
-) -> None:
+def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(tmp_path: Path) -> None:
     # Skewed term frequencies (a few terms in most chunks, many in one or two), built in
     # batches and sorted a range of terms at a time: each term's postings must be exactly
     # its chunks, ascending, with their counts.
@@ -148,7 +143,7 @@ def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(
     texts = [
         " ".join(vocab[int(k)] for k in rng.zipf(1.3, size=40) % len(vocab)) for _ in range(300)
     ]
-    index, analyzer = build(tmp_path, texts, batch=37, spill=spill)
+    index, analyzer = build(tmp_path, texts, batch=37)
     assert not list((tmp_path / "index").glob(".*"))  # the spill files are gone
     expected: dict[str, dict[int, int]] = {}
     for c, text in enumerate(texts):
