@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import regex
@@ -52,6 +53,7 @@ class Passage:
     doc: str = ""
     maybe: bool = True  # may hold a query term (else it is only context)
     terms: dict[str, int] = field(default_factory=dict)  # query terms held, with counts
+    counted: bool = False  # ``terms`` is already known
     length: int = 0
     score: float = 0.0
     like: list[int] = field(default_factory=list)  # lines of same-shaped passages it stands for
@@ -162,10 +164,26 @@ def shape(text: str) -> str:
     return " ".join(_VARIABLE.sub("#", text.lower()).split())
 
 
-def _run_end(text: str, pos: int) -> int:
-    """Where the run of word characters from ``pos`` ends."""
-    m = _WORD_RUN.match(text, pos)
-    return m.end() if m else pos
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
+class Shapes:
+    """``shape`` for many passages: texts that differ only in their digits share one.
+
+    Masking is a regular-expression pass over the text; the lines of a log mostly
+    differ in their numbers, and zeroing every digit (a byte translation) keeps the
+    token boundaries, so such lines are shaped once.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[bytes, str] = {}
+
+    def __call__(self, text: str) -> str:
+        key = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = shape(text)
+        return found
 
 
 def word_count(text: str) -> int:
@@ -195,9 +213,11 @@ class Scorer:
         self._wanted = set(query)
         self._expand = expand
         self._matches: dict[str, tuple[str, ...]] = {}
+        self._counted: dict[tuple[str, ...], dict[str, int]] = {}
         # Longest first, so a key that begins another does not hide it.
         alternatives = sorted(prefilter(query), key=len, reverse=True)
         self._key = re.compile("|".join(map(re.escape, alternatives)) or "(?!)")
+        self._key_word = re.compile(f"(?:{self._key.pattern})[\\w$]*")
         self.average = 0.0
 
     def may_match(self, low: str) -> bool:
@@ -208,29 +228,51 @@ class Scorer:
         """The query terms in ``text``, with their counts (as the index's analyzer finds them)."""
         low = text.lower()
         if len(low) != len(text):  # lowercasing moved the offsets: read every word
-            return self._count(_WORD.findall(text))
-        words: list[str] = []
-        back = ""
-        end = -1
-        for m in self._key.finditer(low):
-            if m.start() < end:  # a second key in the word just taken
-                continue
-            if not back:
-                back = low[::-1]
-            start = len(low) - _run_end(back, len(low) - m.start())
-            end = _run_end(low, m.end())
-            words.append(text[start:end])
-        return self._count(words) if words else {}
+            return self.count(_WORD.findall(text))
+        found = self.lines_words(text, low)
+        return self.count([w for ws in found.values() for w in ws]) if found else {}
 
-    def _count(self, words: list[str]) -> dict[str, int]:
+    def lines_words(self, text: str, low: str) -> dict[int, list[str]]:
+        """Per line of ``text`` (0-based) that may hold a query term, its words holding a key.
+
+        ``low`` is ``text`` lowercased, of the same length. One scan of the whole text:
+        a word never spans lines, so each is filed under the line it starts on.
+        """
+        out: dict[int, list[str]] = {}
+        back = ""
+        size = len(low)
+        word_start = _WORD_RUN.match  # a raw word's run, read backwards from a key
+        line, line_end = 0, low.find("\n")
+        for m in self._key_word.finditer(low):  # a key and the rest of its word
+            at = start = m.start()
+            while 0 <= line_end < at:
+                line += 1
+                line_end = low.find("\n", line_end + 1)
+            if at and ((c := low[at - 1]).isalnum() or c in "_$"):  # the key is inside a word
+                back = back or low[::-1]
+                start = size - word_start(back, size - at).end()  # type: ignore[union-attr]
+            words = out.get(line)
+            if words is None:
+                words = out[line] = []
+            words.append(text[start : m.end()])
+        return out
+
+    def count(self, words: list[str]) -> dict[str, int]:
+        """The query terms that ``words`` (raw words) yield, with their counts (shared: not
+        to be changed). Log lines repeat their words, so each list is counted once."""
+        key = tuple(words)
+        found = self._counted.get(key)
+        if found is not None:
+            return found
         matches, wanted = self._matches, self._wanted
-        found: dict[str, int] = {}
+        found = {}
         for w in words:
             hit = matches.get(w)
             if hit is None:
                 hit = matches[w] = tuple(t for t in self._expand(w) if t in wanted)
             for t in hit:
                 found[t] = found.get(t, 0) + 1
+        self._counted[key] = found
         return found
 
     def count_terms(self, passages: Sequence[Passage]) -> None:
@@ -238,7 +280,8 @@ class Scorer:
         for p in passages:
             if p.maybe:
                 p.length = word_count(p.text)
-                p.terms = self.terms_of(p.text)
+                if not p.counted:
+                    p.terms = self.terms_of(p.text)
             else:  # context only: its length just shapes the average
                 p.length = len(p.text.split())
 
@@ -280,6 +323,11 @@ class Group:
     passages: list[Passage]
     full: bool
 
+    @cached_property
+    def lines(self) -> list[str]:
+        """The chunk's lines."""
+        return self.hit.chunk.text.split("\n")
+
 
 def candidate_passages(
     hits: Sequence[Hit],
@@ -318,16 +366,33 @@ def candidate_passages(
 
 
 def _near(chunk: Chunk, share: int, count: Count, low: str, scorer: Scorer) -> list[Passage]:
-    """The lines of a chunk of records that may match (``low`` is its text lowercased)."""
+    """The lines of a chunk of records holding a query term, and the lines beside them.
+
+    ``low`` is the chunk's text lowercased. A line's terms are found here, in one scan
+    of the chunk, unless the line is cut into sentences (each is then counted alone).
+    """
     lines = chunk.text.split("\n")
-    maybe = list(map(scorer.may_match, low.split("\n")))
+    if len(low) == len(chunk.text):
+        words = scorer.lines_words(chunk.text, low)
+        terms = {i: t for i, ws in words.items() if (t := scorer.count(ws))}
+    else:  # lowercasing moved the offsets: count line by line
+        terms = {i: t for i, line in enumerate(lines) if (t := scorer.terms_of(line))}
     base = max(chunk.line, 1)
     out: list[Passage] = []
     for i, line in enumerate(lines):
-        near = maybe[i] or (i > 0 and maybe[i - 1]) or (i + 1 < len(lines) and maybe[i + 1])
-        if near and line.strip():
-            for p in _sentences(base + i, line.rstrip("\r"), share, count):
-                p.maybe = maybe[i]
+        held = terms.get(i)
+        if (held or i - 1 in terms or i + 1 in terms) and line.strip():
+            line = line.rstrip("\r")
+            found = (
+                [Passage(base + i, base + i, line)]  # short enough (see _sentences)
+                if 2 * len(line) <= share
+                else _sentences(base + i, line, share, count)
+            )
+            whole = len(found) == 1
+            for p in found:
+                p.maybe = held is not None
+                if held is not None and whole:
+                    p.terms, p.counted = held, True
                 out.append(p)
     return out
 
@@ -357,7 +422,7 @@ def surroundings(
     base = max(group.hit.chunk.line, 1)
     return [
         (distance(base + i), base + i, i, len(line))
-        for i, line in enumerate(group.hit.chunk.text.split("\n"))
+        for i, line in enumerate(group.lines)
         if base + i not in taken and line.strip()
     ]
 
@@ -367,7 +432,7 @@ def _materialize(group: Group, what: Passage | int, share: int, count: Count) ->
     if isinstance(what, Passage):
         return [what]
     base = max(group.hit.chunk.line, 1)
-    line = group.hit.chunk.text.split("\n")[what].rstrip("\r")
+    line = group.lines[what].rstrip("\r")
     out = _sentences(base + what, line, share, count)
     for p in out:
         p.doc = group.hit.doc_id
@@ -421,11 +486,12 @@ def answer(
     # Matching passages of one shape that match the same query terms collapse into the
     # first one in the document (a query naming sda2 keeps sda2 lines apart from sda0's).
     first_of: dict[tuple[str, str, frozenset[str]], Passage] = {}
+    shape_of = Shapes()
     standing: set[tuple[str, int]] = set()
     for _, _, _, p in sorted(ranked, key=lambda r: (r[3].doc, r[2])):
         if not p.terms:
             continue
-        key = (p.doc, shape(p.text), frozenset(p.terms))
+        key = (p.doc, shape_of(p.text), frozenset(p.terms))
         rep = first_of.get(key)
         if rep is None:
             first_of[key] = p

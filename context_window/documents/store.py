@@ -644,11 +644,18 @@ class DocumentStore:
         terms = self._analyzer.query(query or "")
         if not terms:
             return None
-        hits, searched = self._best_chunks(terms, doc_id, max(CANDIDATE_CHUNKS, limit))
-        tables = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
-        return best_passages(
-            hits, tables, terms, self._analyzer, self.counter, limit, budget, reserve
-        )
+        # Read CANDIDATE_CHUNKS chunks; only when every one of them earned a hit can a
+        # higher limit show more, so then read twice as many (up to the limit) and redo.
+        want = CANDIDATE_CHUNKS
+        while True:
+            hits, searched = self._best_chunks(terms, doc_id, want)
+            tables = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
+            found = best_passages(
+                hits, tables, terms, self._analyzer, self.counter, limit, budget, reserve
+            )
+            if want >= limit or len(hits) < want or len(found.hits) < len(hits):
+                return found
+            want = min(limit, 2 * want)
 
     @_steady
     def window(

@@ -16,7 +16,7 @@ from context_window.documents.index import (
     IndexBuilder,
     score_all,
 )
-from context_window.documents.search import Scorer, word_count
+from context_window.documents.search import Scorer, Shapes, shape, word_count
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
 
@@ -200,3 +200,23 @@ def test_passage_terms_equal_the_analyzer(query: str) -> None:
         want = {t: n for t, n in analyzer.counts(line).items() if t in terms}
         assert scorer.terms_of(line) == want, line
         assert word_count(line) == len(re.findall(r"[\w$]+", line)), line
+    # A chunk of records is scanned once, its words filed by line: the same terms per line.
+    block = "\n".join(line for line in lines if len(line.lower()) == len(line))
+    block = f"{query}\n\nx {query}\n{block}\n{query} {query}"  # terms at each line's edges
+    by_line = scorer.lines_words(block, block.lower())
+    for i, line in enumerate(block.split("\n")):
+        want = {t: n for t, n in analyzer.counts(line).items() if t in terms}
+        assert scorer.count(by_line.get(i, [])) == want, line
+    assert scorer.terms_of(block) == {t: n for t, n in analyzer.counts(block).items() if t in terms}
+
+
+def test_shapes_memo_equals_shape_and_merges_only_digit_changes() -> None:
+    lines = (LOGHUB / "HDFS" / "HDFS_2k.log").read_text().splitlines()[:400]
+    lines += [*TEXTS, "İstanbul 12 user", "İstanbul 34 user", "x9 y", "x y9", "x 9y", "\ud800 1"]
+    shapes = Shapes()
+    for line in lines + lines[::-1]:
+        assert shapes(line) == shape(line), line
+    assert len(shapes._known) < len(set(lines)) / 2  # log lines differ mostly in digits
+    one = Shapes()
+    assert one("blk_12 ok") == one("blk_98 ok") == "# ok" and len(one._known) == 1
+    assert one("x9 y") == "# y" != one("x y9") == "x #"  # the same digits, other tokens

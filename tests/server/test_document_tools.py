@@ -256,6 +256,27 @@ async def test_search_fills_the_budget_with_hits_up_to_the_limit(tmp_path: Path)
 
 
 @pytest.mark.anyio
+async def test_search_reads_more_chunks_when_every_one_read_is_shown(tmp_path: Path) -> None:
+    from context_window.documents.query import CANDIDATE_CHUNKS
+
+    animals = ["elk", "bison", "moose", "caribou", "yak", "ibex", "oryx", "kudu", "eland", "gnu"]
+    animals += ["okapi", "tapir", "zebu", "gaur", "saiga", "takin", "bongo", "nyala", "dik", "roan"]
+    lines = []
+    for k, animal in enumerate(animals):  # one matching line in each chunk of ~200 tokens
+        lines += [f"{k:02d}:{i:02d} INFO worker heartbeat ok, queue empty" for i in range(25)]
+        lines.append(f"{k:02d}:25 WARN the {animal} herd crossed the frozen river")
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\n".join(lines), doc_id="herds")
+        args = {"query": "herd crossed frozen river", "doc_id": "herds", "budget_tokens": 8000}
+        _, data = await ok(c, "doc_search", limit=16, **args)
+        assert len(data["hits"]) == 16 > CANDIDATE_CHUNKS  # each line has a shape of its own
+        herds = {p["text"] for h in data["hits"] for p in h["passages"] if " herd " in p["text"]}
+        assert len(herds) == 16
+        _, few = await ok(c, "doc_search", limit=3, **args)
+        assert len(few["hits"]) == 3
+
+
+@pytest.mark.anyio
 async def test_search_without_searchable_words_shows_the_outline(tmp_path: Path) -> None:
     async with serve(tmp_path) as c:
         await ok(c, "doc_ingest", file_path="guide.md", doc_id="guide")
