@@ -279,13 +279,22 @@ class DocIndex:
         if not ids or min(ids) < 0:
             return []
         lists = [self.postings(i)[0] for i in ids]  # ascending: keep what lies before
-        lists = sorted((a[: np.searchsorted(a, before)] for a in lists), key=len)
-        common = lists[0]
-        for other in lists[1:]:
-            if len(common) == 0:
+        shortest, *others = sorted((a[: np.searchsorted(a, before)] for a in lists), key=len)
+        # The shortest list, a block at a time, looked up in the others (binary searches):
+        # only the earliest ``count`` are wanted, and common terms have long lists.
+        out: list[int] = []
+        step = max(64, 4 * count)
+        for at in range(0, len(shortest), step):
+            block = shortest[at : at + step]
+            for other in others:
+                where = np.searchsorted(other, block)
+                inside = where < len(other)
+                block, where = block[inside], where[inside]
+                block = block[other[where] == block]
+            out.extend(block[: count - len(out)].tolist())
+            if len(out) >= count:
                 break
-            common = common[np.isin(common, other, assume_unique=True)]
-        return [int(c) for c in common[:count]]
+        return out
 
     def doc_lengths(self, chunks: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
         """Terms per chunk for the given chunk numbers."""

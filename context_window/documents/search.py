@@ -214,48 +214,48 @@ class Scorer:
         self._expand = expand
         self._matches: dict[str, tuple[str, ...]] = {}
         self._counted: dict[tuple[str, ...], dict[str, int]] = {}
+        self._lines: dict[str | bytes, tuple[dict[str, int], int]] = {}
+        self._digit_blind = not any(c.isdigit() for t in query for c in t)
         # Longest first, so a key that begins another does not hide it.
         alternatives = sorted(prefilter(query), key=len, reverse=True)
-        self._key = re.compile("|".join(map(re.escape, alternatives)) or "(?!)")
-        self._key_word = re.compile(f"(?:{self._key.pattern})[\\w$]*")
+        keys = "|".join(map(re.escape, alternatives)) or "(?!)"
+        self._key_word = re.compile(f"(?:{keys})[\\w$]*")  # a key and the rest of its word
         self.average = 0.0
 
     def may_match(self, low: str) -> bool:
         """Whether lowercased text holds a key (a query term may be there)."""
-        return self._key.search(low) is not None
+        return self._key_word.search(low) is not None
 
     def terms_of(self, text: str) -> dict[str, int]:
         """The query terms in ``text``, with their counts (as the index's analyzer finds them)."""
         low = text.lower()
         if len(low) != len(text):  # lowercasing moved the offsets: read every word
             return self.count(_WORD.findall(text))
-        found = self.lines_words(text, low)
-        return self.count([w for ws in found.values() for w in ws]) if found else {}
-
-    def lines_words(self, text: str, low: str) -> dict[int, list[str]]:
-        """Per line of ``text`` (0-based) that may hold a query term, its words holding a key.
-
-        ``low`` is ``text`` lowercased, of the same length. One scan of the whole text:
-        a word never spans lines, so each is filed under the line it starts on.
-        """
-        out: dict[int, list[str]] = {}
+        words: list[str] = []
         back = ""
-        size = len(low)
-        word_start = _WORD_RUN.match  # a raw word's run, read backwards from a key
-        line, line_end = 0, low.find("\n")
-        for m in self._key_word.finditer(low):  # a key and the rest of its word
-            at = start = m.start()
-            while 0 <= line_end < at:
-                line += 1
-                line_end = low.find("\n", line_end + 1)
+        for m in self._key_word.finditer(low):
+            start = at = m.start()
             if at and ((c := low[at - 1]).isalnum() or c in "_$"):  # the key is inside a word
-                back = back or low[::-1]
-                start = size - word_start(back, size - at).end()  # type: ignore[union-attr]
-            words = out.get(line)
-            if words is None:
-                words = out[line] = []
+                back = back or low[::-1]  # read the word's start backwards
+                start = len(low) - _WORD_RUN.match(back, len(low) - at).end()  # type: ignore[union-attr]
             words.append(text[start : m.end()])
-        return out
+        return self.count(words) if words else {}
+
+    def line_terms(self, line: str) -> tuple[dict[str, int], int]:
+        """A line's query terms (as ``terms_of``) and its length in raw words.
+
+        Log lines mostly differ in their numbers: lines that differ only in which digits
+        they hold have the same words but for digit runs (identifier parts split at
+        digits), so, when no query term holds a digit, they hold the same query terms
+        and are read once.
+        """
+        key: str | bytes = line
+        if self._digit_blind:
+            key = line.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+        found = self._lines.get(key)
+        if found is None:
+            found = self._lines[key] = (self.terms_of(line), word_count(line))
+        return found
 
     def count(self, words: list[str]) -> dict[str, int]:
         """The query terms that ``words`` (raw words) yield, with their counts (shared: not
@@ -278,10 +278,11 @@ class Scorer:
     def count_terms(self, passages: Sequence[Passage]) -> None:
         """Fill in each passage's length and the query terms it holds."""
         for p in passages:
+            if p.counted:
+                continue
             if p.maybe:
                 p.length = word_count(p.text)
-                if not p.counted:
-                    p.terms = self.terms_of(p.text)
+                p.terms = self.terms_of(p.text)
             else:  # context only: its length just shapes the average
                 p.length = len(p.text.split())
 
@@ -289,14 +290,20 @@ class Scorer:
         """Each passage's own BM25 score (after ``count_terms``; the first call sets the mean)."""
         if not self.average and passages:
             self.average = max(1.0, sum(p.length for p in passages) / len(passages))
+        known: dict[tuple[int, int], float] = {}  # lines read once (see line_terms) score once
         for p in passages:
             if not p.terms:
                 p.score = 0.0
                 continue
-            norm = K1 * (1.0 - B + B * p.length / self.average)
-            p.score = sum(
-                self.idf.get(t, 0.0) * tf * (K1 + 1.0) / (tf + norm) for t, tf in p.terms.items()
-            )
+            key = (id(p.terms), p.length)
+            score = known.get(key)
+            if score is None:
+                norm = K1 * (1.0 - B + B * p.length / self.average)
+                score = known[key] = sum(
+                    self.idf.get(t, 0.0) * tf * (K1 + 1.0) / (tf + norm)
+                    for t, tf in p.terms.items()
+                )
+            p.score = score
 
 
 # A line that does not end a sentence or record, followed by one starting in lower case:
@@ -352,7 +359,7 @@ def candidate_passages(
         found = (
             split_passages(hit.chunk, share, count)
             if full
-            else _near(hit.chunk, share, count, low, scorer)
+            else _near(hit.chunk, share, count, scorer)
         )
         fresh = [p for p in found if (hit.doc_id, p.first) not in seen]
         for p in fresh:
@@ -365,35 +372,31 @@ def candidate_passages(
     return groups
 
 
-def _near(chunk: Chunk, share: int, count: Count, low: str, scorer: Scorer) -> list[Passage]:
+def _near(chunk: Chunk, share: int, count: Count, scorer: Scorer) -> list[Passage]:
     """The lines of a chunk of records holding a query term, and the lines beside them.
 
-    ``low`` is the chunk's text lowercased. A line's terms are found here, in one scan
-    of the chunk, unless the line is cut into sentences (each is then counted alone).
+    A line's terms and length are found here, unless it is cut into sentences (each
+    is then counted alone).
     """
     lines = chunk.text.split("\n")
-    if len(low) == len(chunk.text):
-        words = scorer.lines_words(chunk.text, low)
-        terms = {i: t for i, ws in words.items() if (t := scorer.count(ws))}
-    else:  # lowercasing moved the offsets: count line by line
-        terms = {i: t for i, line in enumerate(lines) if (t := scorer.terms_of(line))}
+    found = [scorer.line_terms(line) for line in lines]
     base = max(chunk.line, 1)
+    last = len(lines) - 1
     out: list[Passage] = []
     for i, line in enumerate(lines):
-        held = terms.get(i)
-        if (held or i - 1 in terms or i + 1 in terms) and line.strip():
-            line = line.rstrip("\r")
-            found = (
-                [Passage(base + i, base + i, line)]  # short enough (see _sentences)
-                if 2 * len(line) <= share
-                else _sentences(base + i, line, share, count)
-            )
-            whole = len(found) == 1
-            for p in found:
-                p.maybe = held is not None
-                if held is not None and whole:
-                    p.terms, p.counted = held, True
-                out.append(p)
+        terms, length = found[i]
+        near = terms or (i and found[i - 1][0]) or (i < last and found[i + 1][0])
+        if not near or not line.strip():
+            continue
+        line = line.rstrip("\r")
+        if 2 * len(line) <= share:  # short enough to be one passage (see _sentences)
+            p = Passage(base + i, base + i, line, maybe=bool(terms), counted=True)
+            p.terms, p.length = terms, length if terms else len(line.split())
+            out.append(p)
+            continue
+        for p in _sentences(base + i, line, share, count):
+            p.maybe = bool(terms)
+            out.append(p)
     return out
 
 

@@ -10,6 +10,7 @@ heading trail.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -143,6 +144,7 @@ class Tables:
     def __init__(self, directory: Path) -> None:
         index_dir = directory / "index"
         self.dir = directory
+        self._source = str(directory / "source.txt")
         self.index = DocIndex(index_dir)  # first: an older release's layout is OldIndex
         self.spans = np.load(index_dir / "spans.npy", mmap_mode="r")
         self.table = np.load(index_dir / "chunks.npy")
@@ -177,15 +179,13 @@ class Tables:
         so a source.txt changed behind the index is reported, not shown.
         """
         try:
-            spans = np.asarray(self.spans[first : last + 1], dtype=np.int64)
-            if first < 0 or len(spans) != last + 1 - first:
+            if first < 0 or last >= len(self.spans) or last < first:
                 raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")
-            a, b = int(spans[:, 0].min()), int(spans[:, 1].max())
-            with (self.dir / "source.txt").open("rb") as f:
-                f.seek(a)
-                data = f.read(b - a)
+            spans = self.spans[first : last + 1].tolist()
+            a, b = min(s for s, _ in spans), max(e for _, e in spans)
+            data = _read_at(self._source, a, b - a)
             chunks = []
-            for i, (s, e) in enumerate(spans.tolist(), start=first):
+            for i, (s, e) in enumerate(spans, start=first):
                 start, end, tokens, line = (int(v) for v in self.table[i])
                 text = data[s - a : e - a].decode("utf-8")
                 if len(text) != end - start:
@@ -198,6 +198,20 @@ class Tables:
     def damaged(self, what: str) -> StorageError:
         """The error for a document whose files no longer agree."""
         return StorageError(f"document {self.dir.name!r} is damaged ({what})", remedy=REINGEST)
+
+
+def _read_at(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of the file at ``path`` from ``offset`` (fewer at its end)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts = [os.pread(fd, size, offset)]
+        got = len(parts[0])
+        while got < size and parts[-1]:  # a read may stop short of what was asked
+            parts.append(os.pread(fd, size - got, offset + got))
+            got += len(parts[-1])
+    finally:
+        os.close(fd)
+    return b"".join(parts) if len(parts) > 1 else parts[0]
 
 
 def chunk_record(c: Chunk) -> dict[str, Any]:

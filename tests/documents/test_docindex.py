@@ -200,14 +200,15 @@ def test_passage_terms_equal_the_analyzer(query: str) -> None:
         want = {t: n for t, n in analyzer.counts(line).items() if t in terms}
         assert scorer.terms_of(line) == want, line
         assert word_count(line) == len(re.findall(r"[\w$]+", line)), line
-    # A chunk of records is scanned once, its words filed by line: the same terms per line.
-    block = "\n".join(line for line in lines if len(line.lower()) == len(line))
-    block = f"{query}\n\nx {query}\n{block}\n{query} {query}"  # terms at each line's edges
-    by_line = scorer.lines_words(block, block.lower())
-    for i, line in enumerate(block.split("\n")):
-        want = {t: n for t, n in analyzer.counts(line).items() if t in terms}
-        assert scorer.count(by_line.get(i, [])) == want, line
-    assert scorer.terms_of(block) == {t: n for t, n in analyzer.counts(block).items() if t in terms}
+    # A line and its twin with other digits in the same places hold the same terms unless
+    # a query term holds a digit: the scorer then reads them once, else each alone.
+    digits = any(c.isdigit() for t in terms for c in t)
+    for line in lines:
+        twin = re.sub(r"\d", lambda d: str(9 - int(d[0])), line)
+        for text in (line, twin):
+            want = {t: n for t, n in analyzer.counts(text).items() if t in terms}
+            assert scorer.line_terms(text) == (want, word_count(text)), text
+    assert (len(scorer._lines) > len(set(lines))) == digits
 
 
 def test_shapes_memo_equals_shape_and_merges_only_digit_changes() -> None:
@@ -220,3 +221,17 @@ def test_shapes_memo_equals_shape_and_merges_only_digit_changes() -> None:
     one = Shapes()
     assert one("blk_12 ok") == one("blk_98 ok") == "# ok" and len(one._known) == 1
     assert one("x9 y") == "# y" != one("x y9") == "x #"  # the same digits, other tokens
+
+
+def test_first_with_all_lists_the_earliest_chunks_holding_every_term(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    words = ["alpha", "beta", "gamma", "delta"]
+    texts = [" ".join(w for w in words if rng.random() < p) or "none" for p in [0.7] * 900]
+    index, analyzer = build(tmp_path, texts, batch=100)
+    held = [set(analyzer.terms(t)) for t in texts]
+    for chosen in (["alpha"], ["alpha", "beta"], ["beta", "gamma", "delta"], words):
+        terms = [analyzer.terms(w)[0] for w in chosen]
+        for before, count in ((900, 32), (900, 1000), (450, 5), (3, 32), (0, 32)):
+            want = [i for i in range(before) if held[i] >= set(terms)][:count]
+            assert index.first_with_all(terms, before, count) == want, (chosen, before, count)
+    assert index.first_with_all(["alpha", "absent"], 900, 32) == []
