@@ -15,7 +15,6 @@ shows its passages in line order.
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -410,24 +409,34 @@ def surroundings(
     reaches it (see ``_materialize``).
     """
     firsts = sorted(p.first for p in shown)
-
-    def distance(line: int) -> int:
-        k = bisect.bisect_left(firsts, line)
-        return min(abs(line - firsts[j]) for j in (k - 1, k) if 0 <= j < len(firsts))
-
     taken = set(firsts)
     if group.full:
-        return [
-            (distance(p.first), p.first, p, len(p.text))
-            for p in group.passages
-            if p.first not in taken
-        ]
+        rest = [p for p in group.passages if p.first not in taken]
+        far = _distances([p.first for p in rest], firsts)
+        return [(d, p.first, p, len(p.text)) for d, p in zip(far, rest, strict=True)]
     base = max(group.hit.chunk.line, 1)
-    return [
-        (distance(base + i), base + i, i, len(line))
+    lines = [
+        (base + i, i, len(line))
         for i, line in enumerate(group.lines)
         if base + i not in taken and line.strip()
     ]
+    far = _distances([at for at, _, _ in lines], firsts)
+    return [(d, at, i, size) for d, (at, i, size) in zip(far, lines, strict=True)]
+
+
+def _distances(numbers: Sequence[int], marks: Sequence[int]) -> list[int]:
+    """For ascending ``numbers``, each one's distance to the nearest of ascending ``marks``
+    (one sweep of both)."""
+    out: list[int] = []
+    j, n = 0, len(marks)
+    for x in numbers:
+        while j < n and marks[j] < x:
+            j += 1
+        d = marks[j] - x if j < n else x - marks[-1]
+        if j and x - marks[j - 1] < d:
+            d = x - marks[j - 1]
+        out.append(d)
+    return out
 
 
 def _materialize(group: Group, what: Passage | int, share: int, count: Count) -> list[Passage]:
@@ -490,11 +499,15 @@ def answer(
     # first one in the document (a query naming sda2 keeps sda2 lines apart from sda0's).
     first_of: dict[tuple[str, str, frozenset[str]], Passage] = {}
     shape_of = Shapes()
+    held: dict[int, frozenset[str]] = {}  # passages' terms are shared (see line_terms)
     standing: set[tuple[str, int]] = set()
     for _, _, _, p in sorted(ranked, key=lambda r: (r[3].doc, r[2])):
         if not p.terms:
             continue
-        key = (p.doc, shape_of(p.text), frozenset(p.terms))
+        terms = held.get(id(p.terms))
+        if terms is None:
+            terms = held[id(p.terms)] = frozenset(p.terms)
+        key = (p.doc, shape_of(p.text), terms)
         rep = first_of.get(key)
         if rep is None:
             first_of[key] = p

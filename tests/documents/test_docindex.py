@@ -16,7 +16,7 @@ from context_window.documents.index import (
     IndexBuilder,
     score_all,
 )
-from context_window.documents.search import Scorer, Shapes, shape, word_count
+from context_window.documents.search import Scorer, Shapes, _distances, shape, word_count
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer
 
@@ -235,3 +235,12 @@ def test_first_with_all_lists_the_earliest_chunks_holding_every_term(tmp_path: P
             want = [i for i in range(before) if held[i] >= set(terms)][:count]
             assert index.first_with_all(terms, before, count) == want, (chosen, before, count)
     assert index.first_with_all(["alpha", "absent"], 900, 32) == []
+
+
+def test_distances_to_the_nearest_mark_equal_a_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        marks = sorted({int(x) for x in rng.integers(0, 60, rng.integers(1, 6))})
+        numbers = sorted({int(x) for x in rng.integers(0, 60, rng.integers(0, 30))})
+        want = [min(abs(x - m) for m in marks) for x in numbers]
+        assert _distances(numbers, marks) == want, (numbers, marks)
