@@ -34,6 +34,10 @@ LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
 # passage's shape, so lines that differ only in those have one shape.
 # (The look-behind only starts a match at a token's start: the same result, less backtracking.)
 _VARIABLE = re.compile(r"(?<![\w.:/@$+-])[\w.:/@$+-]*\d[\w.:/@$+-]*")
+# The same for ASCII text, where spelling the classes out spares Unicode look-ups (~40 %).
+_VARIABLE_ASCII = re.compile(
+    r"(?<![A-Za-z0-9_.:/@$+-])[A-Za-z0-9_.:/@$+-]*[0-9][A-Za-z0-9_.:/@$+-]*"
+)
 _WORD = re.compile(r"[\w$]+")  # the index's raw words (the stdlib engine is faster here)
 _NON_WORD_BYTES = bytes(
     c if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_$") else 0x20 for c in range(256)
@@ -160,7 +164,8 @@ def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Pa
 
 def shape(text: str) -> str:
     """The passage lowercased, tokens holding a digit masked, spaces collapsed."""
-    return " ".join(_VARIABLE.sub("#", text.lower()).split())
+    low = text.lower()
+    return " ".join((_VARIABLE_ASCII if low.isascii() else _VARIABLE).sub("#", low).split())
 
 
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
