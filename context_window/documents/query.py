@@ -21,7 +21,7 @@ from context_window.models import Hit
 from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
-CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if all are shown)
+CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if most are shown)
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 
 

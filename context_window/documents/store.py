@@ -644,8 +644,9 @@ class DocumentStore:
         terms = self._analyzer.query(query or "")
         if not terms:
             return None
-        # Read CANDIDATE_CHUNKS chunks; only when every one of them earned a hit can a
-        # higher limit show more, so then read twice as many (up to the limit) and redo.
+        # Read CANDIDATE_CHUNKS chunks. While most chunks read earn a hit of their own,
+        # a higher limit can show more: read twice as many (up to the limit) and redo.
+        # Where most do not, their lines repeat those shown, as further chunks' would.
         want = CANDIDATE_CHUNKS
         while True:
             hits, searched = self._best_chunks(terms, doc_id, want)
@@ -653,7 +654,7 @@ class DocumentStore:
             found = best_passages(
                 hits, tables, terms, self._analyzer, self.counter, limit, budget, reserve
             )
-            if want >= limit or len(hits) < want or len(found.hits) < len(hits):
+            if want >= limit or len(hits) < want or 2 * len(found.hits) <= len(hits):
                 return found
             want = min(limit, 2 * want)
 
