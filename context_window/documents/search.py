@@ -56,7 +56,7 @@ class Passage:
     doc: str = ""
     maybe: bool = True  # may hold a query term (else it is only context)
     terms: dict[str, int] = field(default_factory=dict)  # query terms held, with counts
-    counted: bool = False  # ``terms`` is already known
+    counted: bool = False  # ``terms`` and ``length`` are already known
     length: int = 0
     score: float = 0.0
     like: list[int] = field(default_factory=list)  # lines of same-shaped passages it stands for

@@ -191,7 +191,7 @@ class Tables:
                 if len(text) != end - start:
                     raise ValueError(f"chunk {i} is {len(text)} characters, not {end - start}")
                 chunks.append(Chunk(i, text, tokens, start, end, self.heading(i), line))
-        except (OSError, ValueError, IndexError) as exc:
+        except (OSError, ValueError, IndexError, TypeError) as exc:  # TypeError: a flat table
             raise self.damaged(f"source.txt: {type(exc).__name__}") from exc
         return chunks
 

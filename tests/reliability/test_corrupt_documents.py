@@ -78,6 +78,7 @@ DOC_DAMAGE: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "source not UTF-8": ("source.txt", _not_utf8),
     "spans missing": ("index/spans.npy", lambda p: p.unlink()),
     "spans truncated": ("index/spans.npy", _truncate_half),
+    "spans flat": ("index/spans.npy", lambda p: __import__("numpy").save(p, [0, 1, 2])),
     "chunk table garbage": ("index/chunks.npy", _line_garbage),
     "index stats torn": ("index/stats.json", _truncate_half),
     "index array missing": ("index/post_tfs.npy", lambda p: p.unlink()),
