@@ -152,8 +152,10 @@ def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
     lists = [k for k, v in data.items() if isinstance(v, list) and v]
     # The common case, at the cost of one encoding of each item: keep the longest prefix
     # of the longest list that fits (the JSON is assembled from the items' own).
-    key = max(lists, key=lambda k: len(_json(data[k]))) if len(lists) > 1 else None
-    if lists and key is None:
+    key: str | None = None
+    if len(lists) > 1:
+        key = max(lists, key=lambda k: len(_json(data[k])))
+    elif lists:
         key = lists[0]
     if key is None:
         if count(_json(data)) <= budget:
