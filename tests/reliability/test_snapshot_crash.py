@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from context_window.sessions.snapshot import SNAPSHOT
@@ -59,31 +60,41 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
     want = shown(reference)[1:]
     rng = random.Random(7)
 
-    def start() -> tuple[subprocess.Popen[str], float]:
+    def start() -> subprocess.Popen[str]:
         (folder / SNAPSHOT).unlink(missing_ok=True)
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(data)], stdout=subprocess.PIPE, text=True
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "replayed"
-        return child, time.monotonic()
+        return child
 
-    child, t0 = start()  # one save left alone: how long a save takes here
+    def temps() -> list[Path]:
+        return list(folder.glob(f".{SNAPSHOT}.*.tmp"))
+
+    def when(ready: Callable[[], object], child: subprocess.Popen[str]) -> float:
+        """The moment ``ready()`` first holds, polled while the child runs."""
+        while not ready():
+            assert child.poll() is None, "the child ended before the point looked for"
+            time.sleep(0.0005)
+        return time.monotonic()
+
+    # One save left alone: how long the file's write (temp file to rename) takes here.
+    child = start()
+    write_s = -when(temps, child) + when((folder / SNAPSHOT).exists, child)
     assert child.stdout is not None and child.stdout.readline().strip() == "saved"
-    save_s = time.monotonic() - t0
     child.wait()
-    outcomes = {"none": 0, "torn write left a temp file": 0, "complete": 0}
+    outcomes = {"torn write left a temp file": 0, "complete": 0}
     for _ in range(12):
-        child, _ = start()
-        time.sleep(rng.uniform(0.3, 1.0) * save_s)  # mostly inside the file's write
+        child = start()
+        when(temps, child)  # the write has begun: kill somewhere inside it
+        time.sleep(rng.uniform(0.0, 0.8) * write_s)
         child.kill()
         child.wait()
-        temps = list(folder.glob(f".{SNAPSHOT}.*.tmp"))
         if (folder / SNAPSHOT).exists():
             outcomes["complete"] += 1
-        elif temps:
-            outcomes["torn write left a temp file"] += 1
         else:
-            outcomes["none"] += 1
+            assert temps(), "a killed writer leaves its temp file"
+            outcomes["torn write left a temp file"] += 1
         got = shown(data)
         assert got[1:] == want  # never a torn snapshot taken for the state
         assert got[0] in (0, ENTRIES)  # read whole from a snapshot, or not at all
