@@ -37,7 +37,7 @@ class Settings:
     budget: int = 4000
     chunk_tokens: int = 800
     chunk_overlap: int = 80
-    max_file_mb: int = 256
+    max_file_mb: int = 2048
     max_query_chars: int = 2000
     max_query_terms: int = 64
     token_ratio: float = 0.27

@@ -9,13 +9,20 @@ distinct raw words become Python strings, expanded into index terms by the same
 ``Analyzer.expand`` the sessions use. Chunks with any non-ASCII character, and runs
 longer than ``_MAX_PACKED`` bytes, go through ``Analyzer.counts`` itself. The result
 is exact: the same (chunk, term, count) triples as calling ``counts`` per chunk.
+
+A log's vocabulary is mostly numbers (timestamps, ids, sizes), each a new term. With
+``numbers=True`` (a document build) terms of 2 to 19 ASCII digits never become Python
+strings: a run of digits is read as an integer key in numpy and numbered in a
+``NumberTable``, and the term ids it gives carry the ``NUMBER`` bit.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +30,7 @@ import numpy.typing as npt
 from context_window.textindex import Analyzer
 
 U32 = npt.NDArray[np.uint32]
+U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 _MAX_PACKED = 64  # runs up to this many bytes are packed into keys; longer ones are rare
@@ -35,6 +43,84 @@ _WORD_BYTES.flags.writeable = False
 # _KEEP_BYTES[v] keeps the first v bytes (the low ones) of a little-endian uint64.
 _KEEP_BYTES = np.array([(1 << (8 * v)) - 1 for v in range(9)], dtype=np.uint64)
 _KEEP_BYTES.flags.writeable = False
+NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
+NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
+# _SHORTER[n]: how many digit strings have fewer than n digits, so a string of n digits
+# with value v has the key _SHORTER[n] + v: one key per string, leading zeros kept, and
+# keys sorted by (length, value).
+_SHORTER = np.array([(10**n - 1) // 9 for n in range(NUMBER_DIGITS + 2)], dtype=np.uint64)
+_SHORTER.flags.writeable = False
+_RECENT_FLOOR = 65_536
+WORDS_PER_RUN = 1 << 18  # a counter with a spill folder keeps at most about this many words
+_WORDS_PER_WRITE = 65_536
+_WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
+
+
+def is_number_term(term: str) -> bool:
+    """Whether ``term`` is kept in a NumberTable: 2 to 19 ASCII digits."""
+    return 2 <= len(term) <= NUMBER_DIGITS and term.isascii() and term.isdigit()
+
+
+def number_key(term: str) -> int:
+    """The key of a number term (see ``is_number_term``)."""
+    return int(_SHORTER[len(term)]) + int(term)
+
+
+def number_text(key: int) -> str:
+    """The number term whose key is ``key``."""
+    n = int(np.searchsorted(_SHORTER, np.uint64(key), side="right")) - 1
+    return f"{key - int(_SHORTER[n]):0{n}d}"
+
+
+class NumberTable:
+    """Ids of number terms by key, in sorted numpy arrays: a large sorted part and a
+    recent one merged into it once it holds a quarter as many, so that adding a
+    batch's new numbers costs work in proportion to the table only now and then."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        empty_keys, empty_ids = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+        self._parts = [(empty_keys, empty_ids), (empty_keys, empty_ids)]
+
+    def ids(self, keys: U64) -> U32:
+        """The ids of ``keys`` (numbering new ones), as term ids with the NUMBER bit."""
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        out = np.full(len(uniq), -1, dtype=np.int64)
+        for part_keys, part_ids in self._parts:
+            if len(part_keys):
+                at = np.minimum(np.searchsorted(part_keys, uniq), len(part_keys) - 1)
+                hit = part_keys[at] == uniq
+                out[hit] = part_ids[at[hit]]
+        new = out < 0
+        fresh = np.arange(self.size, self.size + int(new.sum()), dtype=np.uint32)
+        out[new] = fresh
+        self.size += len(fresh)
+        (big, big_ids), recent = self._parts
+        recent = _merged(recent, (uniq[new], fresh))
+        if len(recent[0]) > max(_RECENT_FLOOR, len(big) // 4):
+            self._parts = [_merged((big, big_ids), recent), (recent[0][:0], recent[1][:0])]
+        else:
+            self._parts[1] = recent
+        ids: U32 = out[inverse.ravel()].astype(np.uint32)
+        ids |= np.uint32(NUMBER)
+        return ids
+
+    def sorted(self) -> tuple[U64, U32]:
+        """Every key, ascending, and its id."""
+        return _merged(*self._parts)
+
+    def drain(self) -> tuple[U64, U32]:
+        """``sorted()``, leaving the table empty (its arrays freed)."""
+        out = self.sorted()
+        self._parts = [(out[0][:0], out[1][:0])] * 2
+        self.size = 0
+        return out
+
+
+def _merged(a: tuple[U64, U32], b: tuple[U64, U32]) -> tuple[U64, U32]:
+    """Two (sorted keys, ids) with no key in common, merged."""
+    at = np.searchsorted(a[0], b[0])
+    return np.insert(a[0], at, b[0]), np.insert(a[1], at, b[1])
 
 
 @dataclass(frozen=True)
@@ -50,22 +136,80 @@ class Triples:
 class TermCounter:
     """Counts terms of chunk texts and numbers the terms in a vocabulary it grows."""
 
-    def __init__(self, analyzer: Analyzer | None = None) -> None:
-        self.analyzer = analyzer or Analyzer()
-        self.vocab: dict[str, int] = {}
+    def __init__(
+        self, analyzer: Analyzer | None = None, numbers: bool = False, spill: Path | None = None
+    ) -> None:
+        # Its own analyzer needs little memo: this counter remembers each word's ids.
+        self.analyzer = analyzer or Analyzer(memo_limit=_MEMO_LIMIT // 4)
+        self.vocab: dict[str, int] = {}  # every term but those in ``numbers`` (since a run)
+        self.numbers = NumberTable() if numbers else None
         self._memo: dict[bytes, tuple[int, ...]] = {}
+        self._spill = spill
+        self._runs: list[Path] = []
+        self._base = 0  # ids given to the words of earlier runs
+
+    @property
+    def word_ids(self) -> int:
+        """How many ids words were given (a word spilled in two runs has two)."""
+        return self._base + len(self.vocab)
+
+    def ids_of(self, expansions: Sequence[Sequence[str]]) -> list[tuple[int, ...]]:
+        """Term ids of several words' terms (adding new terms)."""
+        vocab, base = self.vocab, self._base
+        if self.numbers is None:
+            return [tuple(vocab.setdefault(t, base + len(vocab)) for t in ts) for ts in expansions]
+        numeric = {t for ts in expansions for t in ts if is_number_term(t)}
+        known: dict[str, int] = {}
+        if numeric:
+            found = self.numbers.ids(np.array([number_key(t) for t in numeric], np.uint64))
+            known = dict(zip(numeric, found.tolist(), strict=True))
+        return [
+            tuple(known[t] if t in known else vocab.setdefault(t, base + len(vocab)) for t in ts)
+            for ts in expansions
+        ]
+
+    def _spill_run(self) -> None:
+        """Move the words to a sorted run file beside their ids, and start afresh: the
+        words seen from now on get new ids (merged with these by ``sorted_words``)."""
+        assert self._spill is not None
+        path = self._spill / f".words{len(self._runs)}.part"
+        words = sorted(self.vocab)
+        with path.open("w", encoding="utf-8", newline="\n") as f:
+            for at in range(0, len(words), _WORDS_PER_WRITE):
+                f.write("".join(w + "\n" for w in words[at : at + _WORDS_PER_WRITE]))
+        ids = np.fromiter(map(self.vocab.__getitem__, words), np.uint32, count=len(words))
+        ids.tofile(path.with_suffix(".ids"))
+        self._runs.append(path)
+        self._base += len(self.vocab)
+        self.vocab.clear()
+        self._memo.clear()  # it holds ids of the words spilled
+
+    def sorted_words(self) -> Iterator[tuple[str, int]]:
+        """Every (word, id), in word order; a word spilled in several runs comes once
+        per run, the runs' copies together. The words are emptied as they go."""
+        if not self._runs:
+            words = sorted(self.vocab)
+            ids = [self.vocab[w] for w in words]
+            self.vocab.clear()
+            yield from zip(words, ids, strict=True)
+            return
+        if self.vocab:
+            self._spill_run()
+        try:
+            yield from heapq.merge(*map(_run, self._runs))
+        finally:
+            for path in self._runs:
+                path.unlink(missing_ok=True)
+                path.with_suffix(".ids").unlink(missing_ok=True)
 
     def term_ids(self, raw: str) -> tuple[int, ...]:
         """Vocabulary ids of the index terms of one raw word (adding new terms)."""
-        vocab = self.vocab
-        if raw.isdigit():  # one plain part: no identifier split, no stem
-            if len(raw) < 2:
-                return ()
-            return (vocab.setdefault(raw, len(vocab)),)
-        return tuple(vocab.setdefault(t, len(vocab)) for t in self.analyzer.expand(raw))
+        return self.ids_of([self.analyzer.expand(raw)])[0]
 
     def count(self, texts: Sequence[str]) -> Triples:
         """Term counts of each text, as triples sorted by (chunk, term id)."""
+        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
+            self._spill_run()  # between batches: a chunk's words all have one id each
         ascii_rows = [i for i, t in enumerate(texts) if t.isascii()]
         other_rows = [i for i, t in enumerate(texts) if not t.isascii()]
         parts = [self._count_ascii([texts[i] for i in ascii_rows], ascii_rows)]
@@ -78,10 +222,8 @@ class TermCounter:
     def _count_slow(self, text: str, row: int) -> tuple[U32, U32, U32]:
         """One chunk through ``Analyzer.counts`` (non-ASCII text)."""
         counts = self.analyzer.counts(text)
-        vocab = self.vocab
-        terms = np.fromiter(
-            (vocab.setdefault(t, len(vocab)) for t in counts), dtype=np.uint32, count=len(counts)
-        )
+        ids = self.ids_of([tuple(counts)])[0]
+        terms = np.fromiter(ids, dtype=np.uint32, count=len(counts))
         tfs = np.fromiter(counts.values(), dtype=np.uint32, count=len(counts))
         return np.full(len(terms), row, dtype=np.uint32), terms, tfs
 
@@ -101,16 +243,22 @@ class TermCounter:
         starts = np.flatnonzero(edges == 1)
         lens = np.flatnonzero(edges == -1) - starts
         del word, edges
-        owner = np.asarray(rows, dtype=np.uint32)[
-            np.searchsorted(text_starts, starts, side="right") - 1
-        ]
+        # No word spans two texts (a newline parts them): each text owns a run of words.
+        per_text = np.diff(np.searchsorted(starts, text_starts), append=len(starts))
+        owner = np.repeat(np.asarray(rows, dtype=np.uint32), per_text)
         out_c: list[U32] = []
         out_t: list[U32] = []
         out_n: list[U32] = []
-        blocks = (lens + 7) // 8
-        for k in np.unique(blocks):
-            sel = np.flatnonzero(blocks == k)
-            if k * 8 > _MAX_PACKED:
+        # Runs by their number of 8-byte blocks (all longer than _MAX_PACKED together).
+        long = _MAX_PACKED // 8 + 1
+        blocks = np.minimum((lens + 7) // 8, long).astype(np.uint8)
+        by_blocks = np.argsort(blocks, kind="stable")  # a radix sort; text order kept
+        ends = np.cumsum(np.bincount(blocks, minlength=long + 1))
+        for k in range(1, long + 1):
+            sel = by_blocks[ends[k - 1] : ends[k]]
+            if not len(sel):
+                continue
+            if k == long:
                 for i in sel:  # rare very long runs: exact, via Python strings
                     word_text = buf[starts[i] : starts[i] + lens[i]].tobytes().decode("ascii")
                     ids = self.term_ids(word_text)
@@ -131,10 +279,11 @@ class TermCounter:
     ) -> tuple[U32, U32, U32]:
         """Counts for runs of 8(k-1)+1 .. 8k bytes, grouped by their zero-padded bytes.
 
-        One stable sort by a 64-bit key (the bytes themselves when k = 1, a mix of the
-        blocks otherwise) brings equal runs together in text order; a group ends
-        wherever the key or any block changes, so a hash collision can split a group
-        (summed again later) but never merge different words.
+        One sort by a 64-bit key (the bytes themselves when k = 1, a mix of the blocks
+        otherwise) brings equal runs together; a group ends wherever the key or any
+        block changes, so a hash collision can split a group (summed again later) but
+        never merge different words. A second sort, of (group, chunk) packed into one
+        integer, counts each pair.
         """
         blocks = 8 * np.arange(k, dtype=np.int64)
         words = stream[starts[:, None] + blocks]  # (n, k): the run's bytes, 8 at a time
@@ -142,30 +291,58 @@ class TermCounter:
         key = words[:, 0].copy()
         for j in range(1, k):
             key = key * np.uint64(0x9E3779B97F4A7C15) + (words[:, j] ^ (key >> np.uint64(29)))
-        order = np.argsort(key, kind="stable")
+        order = np.argsort(key)
         sorted_words = words[order]
         new_raw = np.empty(len(order), dtype=bool)
         new_raw[0] = True
         new_raw[1:] = np.any(sorted_words[1:] != sorted_words[:-1], axis=1)
-        sorted_owner = owner[order]
-        new_pair = new_raw.copy()
-        new_pair[1:] |= sorted_owner[1:] != sorted_owner[:-1]
-        raw_of = np.cumsum(new_raw) - 1
-        firsts = np.flatnonzero(new_pair)
+        pair = (np.cumsum(new_raw, dtype=np.uint64) - np.uint64(1)) << np.uint64(32)
+        pair |= owner[order]
+        pair.sort()
+        firsts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
         counts = np.diff(firsts, append=len(order)).astype(np.uint32)
-        pair_chunk = sorted_owner[firsts]
-        pair_raw = raw_of[firsts]
+        pair_chunk = (pair[firsts] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        pair_raw = (pair[firsts] >> np.uint64(32)).astype(np.int64)
         reps = sorted_words[new_raw]
-        expansions = self._expand_words(reps)
-        exp_len = np.fromiter(map(len, expansions), dtype=np.int64, count=len(reps))
+        exp_len, flat = self._expand_rows(reps)
         exp_off = np.cumsum(exp_len) - exp_len
-        flat = np.fromiter(
-            itertools.chain.from_iterable(expansions), dtype=np.uint32, count=int(exp_len.sum())
-        )
         rep = exp_len[pair_raw]
         within = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
         terms = flat[np.repeat(exp_off[pair_raw], rep) + within]
         return np.repeat(pair_chunk, rep), terms, np.repeat(counts, rep)
+
+    def _expand_rows(self, reps: U64) -> tuple[I64, U32]:
+        """Term ids of each distinct raw word (rows of little-endian 8-byte blocks): how
+        many each has, and all of them in row order. With a NumberTable, a run of
+        digits is looked up there as a whole column, without Python strings."""
+        digits = None
+        if self.numbers is not None and reps.shape[1] * 8 <= NUMBER_DIGITS + 5:
+            digits = _digit_runs(reps)
+        if digits is None:
+            expansions = self._expand_words(reps)
+            exp_len = np.fromiter(map(len, expansions), dtype=np.int64, count=len(reps))
+            flat = np.fromiter(
+                itertools.chain.from_iterable(expansions), np.uint32, count=int(exp_len.sum())
+            )
+            return exp_len, flat
+        length, keys = digits
+        assert self.numbers is not None
+        other = np.flatnonzero(length == 0)
+        expansions = self._expand_words(reps[other])
+        exp_len = (length >= 2).astype(np.int64)  # one term a number; a lone digit none
+        exp_len[other] = np.fromiter(map(len, expansions), dtype=np.int64, count=len(other))
+        flat = np.empty(int(exp_len.sum()), dtype=np.uint32)
+        starts = np.cumsum(exp_len) - exp_len
+        numeric = np.flatnonzero(length >= 2)
+        flat[starts[numeric]] = self.numbers.ids(keys[numeric])
+        other = other[exp_len[other] > 0]
+        within = np.arange(int(exp_len[other].sum())) - np.repeat(
+            np.cumsum(exp_len[other]) - exp_len[other], exp_len[other]
+        )
+        flat[np.repeat(starts[other], exp_len[other]) + within] = np.fromiter(
+            itertools.chain.from_iterable(expansions), np.uint32, count=len(within)
+        )
+        return exp_len, flat
 
     def _expand_words(self, reps: npt.NDArray[np.uint64]) -> list[tuple[int, ...]]:
         """Term ids of each distinct raw word, given as rows of little-endian 8-byte blocks."""
@@ -174,12 +351,45 @@ class TermCounter:
         # As fixed-width bytes, numpy drops the zero padding when it hands out each item.
         keys: list[bytes] = np.ascontiguousarray(reps).view(f"S{width}").ravel().tolist()
         out = list(map(memo.get, keys))
-        for i, hit in enumerate(out):
-            if hit is None:
-                if len(memo) > _MEMO_LIMIT:
-                    memo.clear()
-                out[i] = memo[keys[i]] = self.term_ids(keys[i].decode("ascii"))
+        missed = [i for i, hit in enumerate(out) if hit is None]
+        if not missed:
+            return out  # type: ignore[return-value]
+        if len(memo) + len(missed) > _MEMO_LIMIT:
+            memo.clear()
+        expand = self.analyzer.expand
+        found = self.ids_of([expand(keys[i].decode("ascii")) for i in missed])
+        for i, ids in zip(missed, found, strict=True):
+            out[i] = memo[keys[i]] = ids
         return out  # type: ignore[return-value]
+
+
+def _run(path: Path) -> Iterator[tuple[str, int]]:
+    """The (word, id) pairs of a run file, in order."""
+    with (
+        path.open(encoding="utf-8", newline="\n") as lines,
+        path.with_suffix(".ids").open("rb") as ids,
+    ):
+        while block := np.fromfile(ids, dtype=np.uint32, count=_WORDS_PER_READ).tolist():
+            words = [next(lines)[:-1] for _ in block]
+            yield from zip(words, block, strict=True)
+
+
+def _digit_runs(reps: U64) -> tuple[I64, U64] | None:
+    """For raw words given as rows of little-endian 8-byte blocks (zero-padded): the
+    length of each that is all ASCII digits and at most ``NUMBER_DIGITS`` long (0 for
+    the others) and its number key; None when no row is such a number."""
+    raw = np.ascontiguousarray(reps).view(np.uint8).reshape(len(reps), -1)
+    size = (raw != 0).sum(axis=1)
+    digit = (raw >= 0x30) & (raw <= 0x39)
+    numeric = (digit.sum(axis=1) == size) & (size <= NUMBER_DIGITS)
+    if not numeric.any():
+        return None
+    value = np.zeros(len(reps), dtype=np.uint64)
+    for j in range(raw.shape[1]):  # Horner's rule over the columns, up to each length
+        more = digit[:, j] & numeric
+        value[more] = value[more] * np.uint64(10) + (raw[more, j] - 0x30).astype(np.uint64)
+    length = np.where(numeric, size, 0).astype(np.int64)
+    return length, _SHORTER[length] + value
 
 
 def _aggregate(chunk: U32, term: U32, tf: U32, n_texts: int) -> Triples:
@@ -188,7 +398,7 @@ def _aggregate(chunk: U32, term: U32, tf: U32, n_texts: int) -> Triples:
     if len(chunk) == 0:
         return Triples(chunk, term, tf, lengths)
     key = chunk.astype(np.uint64) << np.uint64(32) | term.astype(np.uint64)
-    order = np.argsort(key, kind="stable")
+    order = np.argsort(key)  # sums do not depend on the order of equal keys
     key = key[order]
     first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
     sums = np.add.reduceat(tf[order].astype(np.uint64), first)

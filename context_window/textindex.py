@@ -72,9 +72,10 @@ ANALYZER_VERSION = 1
 class Analyzer:
     """Turns text into index terms; memoizes identifier splitting per raw word."""
 
-    def __init__(self, limits: QueryLimits | None = None) -> None:
+    def __init__(self, limits: QueryLimits | None = None, memo_limit: int = _MEMO_LIMIT) -> None:
         self.limits = limits or QueryLimits()
         self._memo: dict[str, tuple[str, ...]] = {}
+        self._memo_limit = memo_limit
         self._stemmer = Stemmer.Stemmer("english")
         self._stem_lock = threading.Lock()  # a PyStemmer object is not safe across threads
 
@@ -90,7 +91,7 @@ class Analyzer:
         hit = self._memo.get(raw)
         if hit is not None:
             return hit
-        if len(self._memo) > _MEMO_LIMIT:
+        if len(self._memo) > self._memo_limit:
             self._memo.clear()
         whole = raw.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
         out: list[str] = []
@@ -149,11 +150,18 @@ def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> Fl
     return np.where(raw < 0, EPSILON * average_idf, raw)
 
 
-def average_idf(df: npt.NDArray[np.int64], n_docs: int) -> float:
+IDF_BLOCK = 1 << 20  # terms whose idf is taken at once (a log has millions of terms)
+
+
+def average_idf(df: npt.NDArray[np.integer[Any]], n_docs: int) -> float:
     """Mean raw idf over all terms of a corpus (rank_bm25's epsilon reference)."""
     if len(df) == 0:
         return 0.0
-    return float(np.mean(np.log(n_docs - df + 0.5) - np.log(df + 0.5)))
+    total = 0.0
+    for at in range(0, len(df), IDF_BLOCK):
+        part = df[at : at + IDF_BLOCK].astype(np.float64)
+        total += float(np.sum(np.log(n_docs - part + 0.5) - np.log(part + 0.5)))
+    return total / len(df)
 
 
 def term_scores(

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from context_window.documents.index import NUMBERS_SINCE
 from context_window.documents.tables import INDEX_ARRAYS
 from context_window.errors import StorageError
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
@@ -441,6 +442,9 @@ def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> 
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
     arrays = dict(INDEX_ARRAYS)
+    version = data.get("version") if data is not None else None
+    if isinstance(version, int) and version < NUMBERS_SINCE:  # re-indexed on first use
+        del arrays["numbers.npy"]
     if old:  # line offsets into chunks.jsonl instead of byte spans into source.txt
         del arrays["spans.npy"]
         arrays["lines.npy"] = 1

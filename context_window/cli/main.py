@@ -149,7 +149,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
         "--max-file-mb",
         metavar="N",
         type=int,
-        help="largest file doc_ingest reads, in MiB (default 256) [CTX_MAX_FILE_MB]",
+        help="largest file doc_ingest reads, in MiB (default 2048) [CTX_MAX_FILE_MB]",
     )
     add(
         "--max-query-chars",

@@ -44,6 +44,9 @@ Spans = npt.NDArray[np.int64]  # rows of (start, end) byte offsets into source.t
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
 BATCH_CHUNKS = 4096
 SEGMENT_CHARS = 8_000_000  # large headingless texts are chunked this much at a time
+# A text with headings or fences is chunked whole (its trails span the text), so it
+# is held in memory: it has a limit of its own, below that of files in general.
+MAX_STRUCTURED_CHARS = 256 * 1024 * 1024
 # A heading or fence at the start of a line. Searched as "\n" + marker (plus a match at
 # 0), not with ^ and MULTILINE: a literal first character lets re skip ahead with a fast
 # scan, which takes a 100 MB log from ~0.6 s to ~0.08 s.
@@ -109,13 +112,24 @@ def build(
 
 
 def build_file(
-    directory: Path, spec: BuildSpec, copied: Copied, progress: Progress = no_progress
+    directory: Path,
+    spec: BuildSpec,
+    copied: Copied,
+    progress: Progress = no_progress,
+    stored: bool = False,
 ) -> dict[str, Any]:
     """Write a complete document into ``directory``, whose ``source.txt`` ``copy_source``
     wrote (``copied`` tells what it holds); return meta. A large text without headings
     or fences is chunked from disk a segment at a time, so the whole text is never in
-    memory; any other is read whole to be chunked."""
+    memory; any other is read whole to be chunked, and is refused past
+    ``MAX_STRUCTURED_CHARS`` unless it is a document ``stored`` already (re-indexed)."""
     _check_size(spec, copied.chars, copied.blank)
+    if copied.structured and not stored and copied.chars > MAX_STRUCTURED_CHARS:
+        raise InvalidInput(
+            f"{spec.source} is {copied.chars:,} characters with headings or code fences; "
+            f"such a text is chunked whole, so its limit is {MAX_STRUCTURED_CHARS:,}. "
+            "Split it at headings, or ingest the part you need"
+        )
     segmented = copied.chars > spec.segment_chars and not copied.structured
     source = directory / "source.txt"
     # As bytes, then decoded: read_text would turn "\r\n" into "\n" and move every offset.
@@ -316,7 +330,7 @@ def _write_chunks(
     heading_ids = _Growing(np.uint32, 1)
     spans: list[Spans] = []
     trails: dict[str, int] = {}
-    counter = TermCounter()
+    counter = TermCounter(numbers=True, spill=index_dir)  # its words, too, wait on disk
     builder = IndexBuilder(spill=index_dir)  # postings wait on disk, not in memory
     prev_end = 0
     tokens = 0.0  # each chunk's tokens pro rata to the characters its predecessor lacks
@@ -341,7 +355,7 @@ def _write_chunks(
             if total > BATCH_CHUNKS:
                 progress(0.05 + 0.85 * done / total, f"indexed {done:,} of {total:,} chunks")
     progress(0.92, "sorting the index")
-    stats = builder.write(index_dir, counter.vocab)
+    stats = builder.write(index_dir, counter)
     np.save(index_dir / "spans.npy", np.concatenate(spans) if spans else np.zeros((0, 2), np.int64))
     np.save(index_dir / "chunks.npy", table.array())
     np.save(index_dir / "heading_ids.npy", heading_ids.array())

@@ -3,16 +3,21 @@
 Layout of ``<doc>/index/`` (all arrays are ``.npy``, opened with ``mmap_mode="r"``,
 so opening an index after a restart reads only ``stats.json`` and array headers)::
 
-    terms.bin          the sorted distinct terms, UTF-8, concatenated (no separators)
-    term_offsets.npy   uint64 [T+1]: term i is terms.bin[term_offsets[i]:term_offsets[i+1]]
+    terms.bin          the sorted distinct words, UTF-8, concatenated (no separators)
+    term_offsets.npy   uint64 [W+1]: word i is terms.bin[term_offsets[i]:term_offsets[i+1]]
+    numbers.npy        uint64 [M]:   the number terms (2 to 19 ASCII digits) by their keys,
+                                     ascending; number j is term W + j (``termcount``)
     post_offsets.npy   uint64 [T+1]: term i's postings are [post_offsets[i]:post_offsets[i+1]]
+                                     (T = W + M)
     post_chunks.npy    uint32 [P]:   chunk numbers, ascending within a term
     post_tfs.npy       uint16|uint32 [P]: term frequency in that chunk
     doc_len.npy        uint32 [N]:   terms per chunk (text and heading trail)
     stats.json         {version, chunks, terms, postings, avgdl, average_idf}
 
-Terms sort by UTF-8 bytes (the same order as Python sorts str), so a query term is
-found by binary search over the offsets, touching ~log2(T) pages of terms.bin.
+Words sort by UTF-8 bytes (the same order as Python sorts str), so a query term is
+found by binary search over the offsets, touching ~log2(W) pages of terms.bin; a
+number is found by its key in numbers.npy. Numbers are most of a log's terms, and
+kept apart they are never Python strings, neither at ingest nor at search.
 Scores are BM25 exactly as ``textindex`` computes them (and ``rank_bm25.BM25Okapi``):
 k1 = 1.2, b = 0.75, negative idf floored at 0.25 x the mean idf of all terms.
 
@@ -24,10 +29,11 @@ chunk-weighted mean of each document's own (exact for a single document).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import mmap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,17 +42,28 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.storage import write_json_atomic
-from context_window.termcount import Triples
+from context_window.termcount import (
+    NUMBER,
+    TermCounter,
+    Triples,
+    is_number_term,
+    number_key,
+    number_text,
+)
 from context_window.textindex import average_idf, idf_values, term_scores
 
 # 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
 # 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
-INDEX_VERSION = 3
+# 4: number terms in numbers.npy, not in terms.bin.
+INDEX_VERSION = 4
+NUMBERS_SINCE = 4  # the first version with numbers.npy
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
-SORT_PASSES = 8  # postings are sorted into term order this many ranges of terms at a time
+POSTINGS_PER_PASS = 1 << 20  # postings sorted into term order at a time (~30 MB of arrays)
+ROWS_PER_READ = 1 << 20  # spilled postings read back this many at a time
 TERMS_PER_WRITE = 65_536
 _SPILLED = (".chunks.part", ".terms.part", ".tfs.part")  # IndexBuilder's spill files
+_POSTING = np.dtype([("term", "<u4"), ("chunk", "<u4"), ("tf", "<u4")])
 HELD_POSTINGS = 1024  # postings up to this long are remembered per term (12 KB at most)
 F64 = npt.NDArray[np.float64]
 
@@ -58,9 +75,9 @@ class OldIndex(ValueError):
 class IndexBuilder:
     """Collects term-count triples batch by batch; ``write`` sorts them into postings.
 
-    Each batch's triples are appended to files in the ``spill`` directory as they come
-    (and read back once by ``write``), so a large document's postings are not held in
-    memory while it is chunked and counted.
+    Each batch's triples are appended to files in the ``spill`` directory as they come,
+    and ``write`` reads them back a block at a time, so neither the counting nor the
+    sorting holds a large document's postings in memory.
     """
 
     def __init__(self, spill: Path) -> None:
@@ -68,6 +85,7 @@ class IndexBuilder:
         self._spill = spill
         self._spilled: list[BinaryIO] = []
         self.n_chunks = 0
+        self.n_postings = 0
 
     def add(self, batch: Triples) -> None:
         """Add one batch of chunks (numbered after those already added)."""
@@ -78,52 +96,59 @@ class IndexBuilder:
             f.write(column.astype(np.uint32, copy=False).tobytes())
         self._lengths.append(batch.lengths)
         self.n_chunks += len(batch.lengths)
+        self.n_postings += len(batch.term)
 
-    def _columns(self) -> tuple[npt.NDArray[np.uint32], ...]:
-        """The postings' chunk, term and tf columns, in the order they were added."""
-        out = []
-        for f, name in itertools.zip_longest(self._spilled, _SPILLED):
-            if f is not None:
-                f.close()
-            path = self._spill / name
-            out.append(
-                np.fromfile(path, dtype=np.uint32) if path.exists() else np.zeros(0, np.uint32)
-            )
-            path.unlink(missing_ok=True)
+    def _blocks(self, keep: bool = False) -> Iterator[tuple[npt.NDArray[np.uint32], ...]]:
+        """The spilled (chunk, term, tf) columns, in the order they were added, a block of
+        rows at a time; the spill files are removed once read, unless ``keep``."""
+        for f in self._spilled:
+            f.close()
         self._spilled = []
-        return tuple(out)
+        paths = [self._spill / name for name in _SPILLED]
+        try:
+            if self.n_postings:
+                with contextlib.ExitStack() as stack:
+                    files = [stack.enter_context(path.open("rb")) for path in paths]
+                    for _ in range(0, self.n_postings, ROWS_PER_READ):
+                        yield tuple(
+                            np.fromfile(f, dtype=np.uint32, count=ROWS_PER_READ) for f in files
+                        )
+        finally:
+            for path in paths if not keep else ():
+                path.unlink(missing_ok=True)
 
-    def write(self, directory: Path, vocab: dict[str, int]) -> dict[str, Any]:
+    def write(self, directory: Path, counter: TermCounter) -> dict[str, Any]:
         """Write the index files into ``directory``; return the stats it wrote.
 
-        ``vocab`` (term to id, as the triples number them) is emptied once the terms are
-        written: in a large document it is the largest thing the build holds, and the
-        postings are read back and sorted after it.
+        ``counter`` numbered the terms of the triples. Its words are emptied as they
+        are written: in a large document they are the largest thing the build holds.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        n_terms = len(vocab)
-        terms = sorted(vocab)
-        old_ids = np.fromiter((vocab[t] for t in terms), dtype=np.int64, count=len(terms))
-        rank = np.empty(len(vocab), dtype=np.uint32)
-        rank[old_ids] = np.arange(len(terms), dtype=np.uint32)
-        del old_ids
-        lens = np.zeros(len(terms), dtype=np.uint64)
-        with (directory / "terms.bin").open("wb") as f:  # encoded a slice at a time
-            for at in range(0, len(terms), TERMS_PER_WRITE):
-                encoded = [t.encode("utf-8") for t in terms[at : at + TERMS_PER_WRITE]]
-                lens[at : at + len(encoded)] = [len(e) for e in encoded]
-                f.write(b"".join(encoded))
-        del terms
-        vocab.clear()
-        offsets = np.concatenate((np.zeros(1, np.uint64), np.cumsum(lens, dtype=np.uint64)))
-        np.save(directory / "term_offsets.npy", offsets)
-        chunk, term, tf = self._columns()
-        np.take(rank, term, out=term)  # renumbered in place: ids in sorted term order
-        df = np.bincount(term, minlength=n_terms).astype(np.int64)
-        tf_type = np.uint16 if len(tf) == 0 or int(tf.max()) <= 0xFFFF else np.uint32
-        _write_postings(directory, chunk, term, tf, df, tf_type)
-        del chunk, term, tf
-        np.save(directory / "post_offsets.npy", np.concatenate(([0], np.cumsum(df))))
+        n_words, word_rank = _write_words(directory, counter)
+        keys, ids = counter.numbers.drain() if counter.numbers else (_NO_KEYS, _NO_IDS)
+        np.save(directory / "numbers.npy", keys)
+        number_rank = np.empty(len(keys), dtype=np.uint32)
+        number_rank[ids] = np.arange(n_words, n_words + len(keys), dtype=np.uint32)
+        n_terms = n_words + len(keys)
+        del keys, ids
+        df = np.zeros(n_terms, dtype=np.uint32)  # at most one posting per chunk
+        for _, term, _ in self._blocks(keep=True):  # pass 1: the document frequencies
+            np.add.at(df, _ranks(term, word_rank, number_rank), 1)
+        offsets = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(df, out=offsets[1:])
+        average = average_idf(df, self.n_chunks)
+        del df
+        # Pass 2: the postings are parted into buckets of terms, in chunk order.
+        tf_max = 0
+        with _Buckets(self._spill, _cuts(offsets)) as buckets:
+            for chunk, term, tf in self._blocks():
+                tf_max = max(tf_max, int(tf.max()))
+                buckets.hold(_ranks(term, word_rank, number_rank), chunk, tf)
+            del word_rank, number_rank
+            # Pass 3: each bucket sorted by term (stably: chunks stay ascending).
+            tf_type = np.uint16 if tf_max <= 0xFFFF else np.uint32
+            _write_postings(directory, buckets.sorted_parts(), self.n_postings, tf_type)
+        np.save(directory / "post_offsets.npy", offsets)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         np.save(directory / "doc_len.npy", lengths.astype(np.uint32))
         n = self.n_chunks
@@ -131,34 +156,119 @@ class IndexBuilder:
             "version": INDEX_VERSION,
             "chunks": n,
             "terms": n_terms,
-            "postings": int(df.sum()),
+            "postings": int(offsets[-1]),
             "avgdl": float(lengths.sum()) / n if n else 0.0,
             "total_len": int(lengths.sum()),
-            "average_idf": average_idf(df, n),
+            "average_idf": average,
         }
         write_json_atomic(directory / "stats.json", stats)
         return stats
 
 
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+_NO_IDS = np.zeros(0, dtype=np.uint32)
+
+
+def _write_words(directory: Path, counter: TermCounter) -> tuple[int, npt.NDArray[np.uint32]]:
+    """terms.bin and term_offsets.npy from the counter's words (emptied); how many
+    distinct words there are, and each word id's rank among them."""
+    rank = np.empty(counter.word_ids, dtype=np.uint32)
+    lens: list[int] = []
+    encoded: list[bytes] = []
+    last = None
+    with (directory / "terms.bin").open("wb") as f:  # written a slice at a time
+        for word, i in counter.sorted_words():
+            if word != last:
+                last = word
+                encoded.append(word.encode("utf-8"))
+                if len(encoded) == TERMS_PER_WRITE:
+                    lens.extend(map(len, encoded))
+                    f.write(b"".join(encoded))
+                    encoded = []
+            rank[i] = len(lens) + len(encoded) - 1
+        lens.extend(map(len, encoded))
+        f.write(b"".join(encoded))
+    offsets = np.zeros(len(lens) + 1, np.uint64)
+    np.cumsum(np.asarray(lens, dtype=np.uint64), out=offsets[1:])
+    np.save(directory / "term_offsets.npy", offsets)
+    return len(lens), rank
+
+
+def _ranks(
+    term: npt.NDArray[np.uint32],
+    word_rank: npt.NDArray[np.uint32],
+    number_rank: npt.NDArray[np.uint32],
+) -> npt.NDArray[np.uint32]:
+    """Term ids as ranks: their places in the index's term order."""
+    numbered = term >= NUMBER
+    rank = np.empty_like(term)
+    rank[~numbered] = word_rank[term[~numbered]]
+    rank[numbered] = number_rank[term[numbered] - np.uint32(NUMBER)]
+    return rank
+
+
+def _cuts(offsets: npt.NDArray[np.int64]) -> list[int]:
+    """Term ranks that part the postings into ranges of about ``POSTINGS_PER_PASS``,
+    given each term's first posting (``offsets``, with the total last): the ranges are
+    [cuts[k], cuts[k + 1]), and a term's postings are never split."""
+    n, n_terms = int(offsets[-1]), len(offsets) - 1
+    parts = max(1, -(-n // POSTINGS_PER_PASS))
+    inner = np.searchsorted(offsets, np.arange(1, parts) * (n / parts), side="right") - 1
+    return sorted({0, n_terms, *(int(c) for c in inner if 0 < c < n_terms)})
+
+
+class _Buckets:
+    """Postings parted by ranges of terms (``cuts``) into files of (term, chunk, tf)
+    records, so that each range can be sorted alone."""
+
+    def __init__(self, folder: Path, cuts: list[int]) -> None:
+        self._cuts = np.asarray(cuts, dtype=np.int64)
+        self._paths = [folder / f".bucket{k}.part" for k in range(max(0, len(cuts) - 1))]
+        self._stack = contextlib.ExitStack()
+        self._files = [self._stack.enter_context(path.open("wb")) for path in self._paths]
+
+    def __enter__(self) -> _Buckets:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stack.close()
+        for path in self._paths:
+            path.unlink(missing_ok=True)
+
+    def hold(
+        self,
+        rank: npt.NDArray[np.uint32],
+        chunk: npt.NDArray[np.uint32],
+        tf: npt.NDArray[np.uint32],
+    ) -> None:
+        """Append one block of postings (in chunk order) to the buckets of their terms."""
+        part = (np.searchsorted(self._cuts, rank, side="right") - 1).astype(np.uint16)
+        order = np.argsort(part, kind="stable")  # a radix sort, and it keeps the chunk order
+        records = np.empty(len(rank), dtype=_POSTING)
+        records["term"], records["chunk"], records["tf"] = rank[order], chunk[order], tf[order]
+        ends = np.searchsorted(part[order], np.arange(1, len(self._files) + 1), side="left")
+        begin = 0
+        for f, end in zip(self._files, ends.tolist(), strict=True):
+            if end > begin:
+                f.write(records[begin:end].tobytes())
+            begin = end
+
+    def sorted_parts(self) -> Iterator[npt.NDArray[np.void]]:
+        """Each bucket's records in term order, chunks ascending within a term."""
+        self._stack.close()
+        for path in self._paths:
+            records = np.fromfile(path, dtype=_POSTING)
+            path.unlink()
+            yield records[np.argsort(records["term"], kind="stable")]
+
+
 def _write_postings(
     directory: Path,
-    chunk: npt.NDArray[np.uint32],
-    term: npt.NDArray[np.uint32],
-    tf: npt.NDArray[np.uint32],
-    df: npt.NDArray[np.int64],
+    parts: Iterator[npt.NDArray[np.void]],
+    n: int,
     tf_type: type[np.unsignedinteger[Any]],
 ) -> None:
-    """post_chunks.npy and post_tfs.npy: the postings in term order, chunks ascending
-    within a term (the triples come in chunk order, and each sort is stable).
-
-    They are sorted and written a range of terms at a time, each range holding about
-    1/``SORT_PASSES`` of the postings, so the sort's index arrays are that much smaller
-    than the postings (a 1 GB log has 35 million).
-    """
-    n = len(term)
-    cum = np.cumsum(df)
-    cuts = np.searchsorted(cum, np.arange(1, SORT_PASSES) * (n / SORT_PASSES), side="left")
-    bounds = [0, *sorted({int(c) + 1 for c in cuts}), len(df)]
+    """post_chunks.npy and post_tfs.npy: the ``n`` postings of ``parts``, in order."""
     dtypes = (np.dtype(np.uint32), np.dtype(tf_type))
     with (
         (directory / "post_chunks.npy").open("wb") as fc,
@@ -167,13 +277,9 @@ def _write_postings(
         for f, dtype in zip((fc, ft), dtypes, strict=True):
             header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
             np.lib.format.write_array_header_1_0(f, {**header, "shape": (n,)})
-        for a, b in itertools.pairwise(bounds):
-            if a >= b:
-                continue
-            at = np.flatnonzero((term >= a) & (term < b))  # ascending: chunk order
-            at = at[np.argsort(term[at], kind="stable")]
-            fc.write(chunk[at].tobytes())
-            ft.write(tf[at].astype(tf_type).tobytes())
+        for records in parts:
+            fc.write(records["chunk"].tobytes())
+            ft.write(records["tf"].astype(tf_type).tobytes())
 
 
 Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
@@ -196,10 +302,16 @@ class DocIndex:
         self.total_len = int(stats.get("total_len", round(self.avgdl * self.n_chunks)))
         self.average_idf = float(stats["average_idf"])
         self._terms: mmap.mmap | bytes = b""
-        if self.n_terms:
+        if (directory / "terms.bin").stat().st_size:
             with (directory / "terms.bin").open("rb") as f:
                 self._terms = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._term_off = _load(directory / "term_offsets.npy")
+        self.n_words = len(self._term_off) - 1
+        self._numbers = _load(directory / "numbers.npy")
+        if self.n_words + len(self._numbers) != self.n_terms:
+            raise ValueError(
+                f"{self.n_words} words and {len(self._numbers)} numbers, not {self.n_terms} terms"
+            )
         self._post_off = _load(directory / "post_offsets.npy")
         self._chunks = _load(directory / "post_chunks.npy")
         self._tfs = _load(directory / "post_tfs.npy")
@@ -212,8 +324,10 @@ class DocIndex:
         if self.n_terms <= VOCAB_IN_MEMORY:
             blob, off = bytes(self._terms), self._term_off.tolist()
             self._vocab = {
-                blob[off[i] : off[i + 1]].decode("utf-8"): i for i in range(self.n_terms)
+                blob[off[i] : off[i + 1]].decode("utf-8"): i for i in range(self.n_words)
             }
+            for j, key in enumerate(self._numbers.tolist()):
+                self._vocab[number_text(key)] = self.n_words + j
 
     def find(self, term: str) -> int:
         """The term's number, or -1: a binary search over the sorted term list (remembered)."""
@@ -227,9 +341,14 @@ class DocIndex:
         return hit
 
     def _search(self, term: str) -> int:
+        if is_number_term(term):
+            number = np.uint64(number_key(term))
+            at = int(np.searchsorted(self._numbers, number))
+            found = at < len(self._numbers) and self._numbers[at] == number
+            return self.n_words + at if found else -1
         key = term.encode("utf-8")
         off, blob = self._term_off, self._terms
-        lo, hi = 0, self.n_terms
+        lo, hi = 0, self.n_words
         while lo < hi:
             mid = (lo + hi) // 2
             probe = blob[int(off[mid]) : int(off[mid + 1])]

@@ -78,7 +78,8 @@ from context_window.titles import check_title, clean_title, first_line
 from context_window.tokens import TokenCounter
 
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
-MAX_FILE_BYTES = 256 * 1024 * 1024  # files: read from disk, indexed in segments
+MAX_FILE_BYTES = 2048 * 1024 * 1024  # files: read from disk, indexed in segments
+COPY_BLOCK = 1 << 20  # a stored source is re-read this much at a time
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
 SETTLED_NS = 100_000_000  # a listing is reused once the directory is this much older
 COARSE_SETTLED_NS = 3_000_000_000  # the same where mtimes fall on whole seconds (FAT: 2 s)
@@ -360,7 +361,6 @@ class DocumentStore:
         tokens, overlap, ratio = chunk_settings(
             meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
         )
-        data = (folder / "source.txt").read_bytes()
         spec = BuildSpec(
             doc.id,
             doc.title,
@@ -369,12 +369,21 @@ class DocumentStore:
             tokens,
             overlap,
             ratio,
-            len(data) + 1,
+            (folder / "source.txt").stat().st_size + 1,
             segment_chars=self.segment_chars,
         )
         with work_dir(self.root, doc.id) as work:
             try:
-                built = build(work, spec, [data])
+                work.mkdir(parents=True)
+                with (folder / "source.txt").open("rb") as f:  # block by block, as at ingest
+                    blocks = iter(functools.partial(f.read, COPY_BLOCK), b"")
+                    copied = copy_source(blocks, work / "source.txt", doc.source)
+                if doc.sha256 and copied.sha256 != doc.sha256:
+                    raise StorageError(
+                        f"document {doc.id!r} is damaged: source.txt does not match its sha256",
+                        remedy=REINGEST,
+                    )
+                built = build_file(work, spec, copied, stored=True)
                 if built["chunks"] != meta.get("chunks"):
                     raise StorageError(
                         f"document {doc.id!r} re-chunked differently; ingest it again"

@@ -31,6 +31,7 @@ INDEX_ARRAYS: dict[str, int | None] = {
     "heading_ids.npy": 0,
     "doc_len.npy": 0,
     "term_offsets.npy": None,
+    "numbers.npy": None,
     "post_offsets.npy": None,
     "post_chunks.npy": None,
     "post_tfs.npy": None,

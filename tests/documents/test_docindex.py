@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+from context_window import termcount
+from context_window.documents import index as docindex
 from context_window.documents.index import (
     IN_MEMORY_BYTES,
     Corpus,
@@ -25,7 +27,14 @@ from context_window.documents.search import (
     shape,
     word_count,
 )
-from context_window.termcount import TermCounter
+from context_window.termcount import (
+    NUMBER,
+    NumberTable,
+    TermCounter,
+    is_number_term,
+    number_key,
+    number_text,
+)
 from context_window.textindex import Analyzer
 
 LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
@@ -41,23 +50,42 @@ TEXTS = [
     "",
     "!!! ??? ...",
     "jk2_init() Found child 6725 in scoreboard slot 10 workerEnv.init() ok",
+    "07 007 0 00 1234567890123456789 12345678901234567890 9999999999999999999 x86_64 0x7f",
 ]
 
 
 def build(tmp_path: Path, texts: list[str], batch: int = 3) -> tuple[DocIndex, Analyzer]:
-    counter = TermCounter()
     (tmp_path / "index").mkdir(parents=True, exist_ok=True)
+    counter = TermCounter(numbers=True, spill=tmp_path / "index")
     builder = IndexBuilder(spill=tmp_path / "index")
     for i in range(0, len(texts), batch):
         builder.add(counter.count(texts[i : i + batch]))
-    builder.write(tmp_path / "index", counter.vocab)
+    builder.write(tmp_path / "index", counter)
     return DocIndex(tmp_path / "index"), counter.analyzer
 
 
-def test_term_counts_equal_the_analyzer_on_every_text() -> None:
-    counter = TermCounter()
-    triples = counter.count(TEXTS)
+def names_of(counter: TermCounter) -> dict[int, str]:
+    """Every term id the counter gave, with its term."""
     names = {v: k for k, v in counter.vocab.items()}
+    if counter.numbers is not None:
+        keys, ids = counter.numbers.sorted()
+        names.update(
+            (NUMBER | i, number_text(k)) for k, i in zip(keys.tolist(), ids.tolist(), strict=True)
+        )
+    return names
+
+
+@pytest.mark.parametrize("numbers", [False, True])
+def test_term_counts_equal_the_analyzer_on_every_text(numbers: bool) -> None:
+    counter = TermCounter(numbers=numbers)
+    triples = counter.count(TEXTS)
+    names = names_of(counter)
+    if numbers:  # no number term among the words, and every one among the numbers
+        assert not [t for t in counter.vocab if is_number_term(t)]
+        assert {"07", "007", "00", "1234567890123456789", "9999999999999999999"} <= set(
+            names.values()
+        )
+        assert "12345678901234567890" in counter.vocab  # 20 digits: a word
     analyzer = Analyzer()
     for row, text in enumerate(TEXTS):
         mask = triples.chunk == row
@@ -67,13 +95,14 @@ def test_term_counts_equal_the_analyzer_on_every_text() -> None:
         assert triples.lengths[row] == sum(analyzer.counts(text).values())
 
 
+@pytest.mark.parametrize("numbers", [False, True])
 @pytest.mark.parametrize("system", ["HDFS", "Apache", "Linux"])
-def test_term_counts_equal_the_analyzer_on_real_logs(system: str) -> None:
+def test_term_counts_equal_the_analyzer_on_real_logs(system: str, numbers: bool) -> None:
     lines = (LOGHUB / system / f"{system}_2k.log").read_text().splitlines()
     texts = ["\n".join(lines[i : i + 40]) for i in range(0, len(lines), 40)]
-    counter = TermCounter()
+    counter = TermCounter(numbers=numbers)
     triples = counter.count(texts)
-    names = {v: k for k, v in counter.vocab.items()}
+    names = names_of(counter)
     analyzer = Analyzer()
     for row, text in enumerate(texts):
         mask = triples.chunk == row
@@ -142,12 +171,20 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
     np.testing.assert_array_equal(again.scores(["user"]), index.scores(["user"]))
 
 
-def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("per_pass", "per_run"), [(1 << 21, 1 << 18), (700, 50), (1, 1)])
+def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_pass: int, per_run: int
+) -> None:
     # Skewed term frequencies (a few terms in most chunks, many in one or two), built in
-    # batches and sorted a range of terms at a time: each term's postings must be exactly
-    # its chunks, ascending, with their counts.
+    # batches, read back in blocks and sorted a range of terms at a time (one range; ~17;
+    # one per term): each term's postings must be exactly its chunks, ascending, with
+    # their counts. Numbers and words alike, the words spilled in runs of at most
+    # ``per_run`` (so most are in several runs, under other ids) or kept in memory.
+    monkeypatch.setattr(docindex, "POSTINGS_PER_PASS", per_pass)
+    monkeypatch.setattr(termcount, "WORDS_PER_RUN", per_run)
+    monkeypatch.setattr(docindex, "ROWS_PER_READ", 1000)
     rng = np.random.default_rng(5)
-    vocab = [f"w{k}z" for k in range(400)]
+    vocab = [f"w{k}z" if k % 3 else f"{k:04d}" for k in range(400)]
     texts = [
         " ".join(vocab[int(k)] for k in rng.zipf(1.3, size=40) % len(vocab)) for _ in range(300)
     ]
@@ -255,3 +292,73 @@ def test_distances_to_the_nearest_mark_equal_a_brute_force() -> None:
         numbers = sorted({int(x) for x in rng.integers(0, 60, rng.integers(0, 30))})
         want = [min(abs(x - m) for m in marks) for x in numbers]
         assert _distances(numbers, marks) == want, (numbers, marks)
+
+
+def test_number_keys_are_one_per_digit_string_in_length_then_value_order() -> None:
+    rng = np.random.default_rng(3)
+    terms = {"00", "000", "01", "10", "99", "100", "0" * 19, "9" * 19}
+    terms |= {"".join(map(str, rng.integers(0, 10, size=n))) for n in rng.integers(2, 20, 500)}
+    keys = {t: number_key(t) for t in terms}
+    assert len(set(keys.values())) == len(terms)
+    assert all(number_text(k) == t for t, k in keys.items())
+    assert sorted(terms, key=lambda t: (len(t), t)) == sorted(terms, key=keys.__getitem__)
+    assert max(keys.values()) < 2**64
+    assert not is_number_term("7") and not is_number_term("1" * 20)
+    assert not is_number_term("\u0661\u0662") and not is_number_term("12a")  # ASCII digits only
+
+
+def test_number_table_numbers_each_key_once_across_batches_and_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(termcount, "_RECENT_FLOOR", 8)  # merge into the large part often
+    rng = np.random.default_rng(11)
+    table, seen = NumberTable(), {}
+    for _ in range(60):
+        keys = rng.integers(0, 3_000, size=int(rng.integers(1, 200))).astype(np.uint64)
+        ids = table.ids(keys)
+        assert (ids & NUMBER).all()
+        for k, i in zip(keys.tolist(), (ids & ~np.uint32(NUMBER)).tolist(), strict=True):
+            assert seen.setdefault(k, i) == i  # the same key keeps its id
+    assert sorted(seen.values()) == list(range(len(seen))) and table.size == len(seen)
+    keys, ids = table.sorted()
+    assert keys.tolist() == sorted(seen) and ids.tolist() == [seen[k] for k in sorted(seen)]
+
+
+def test_numbers_are_found_in_the_index_by_key(tmp_path: Path) -> None:
+    texts = ["port 8080 pid 00123 at 2015", "port 443 pid 123", "x86_64 build 2015 0x7f"]
+    index, analyzer = build(tmp_path, texts, batch=2)
+    reference = BM25Okapi([analyzer.terms(t) for t in texts], k1=1.2, b=0.75)
+    every = {t for text in texts for t in analyzer.terms(text)}
+    assert {"8080", "00123", "123", "2015", "443", "86", "64", "x86_64", "0x7f"} <= every
+    for term in every:
+        assert index.find(term) >= 0, term
+        assert index._search(term) == index.find(term), term
+        np.testing.assert_allclose(index.scores([term]), reference.get_scores([term]))
+    assert index.find("0123") == -1 and index.find("8081") == -1
+    numbers = np.load(tmp_path / "index" / "numbers.npy")
+    assert [number_text(k) for k in numbers.tolist()] == sorted(
+        {t for text in texts for t in analyzer.terms(text) if is_number_term(t)},
+        key=lambda t: (len(t), t),
+    )
+    assert b"8080" not in (tmp_path / "index" / "terms.bin").read_bytes()
+
+
+def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(termcount, "WORDS_PER_RUN", 100)
+    counter = TermCounter(numbers=True, spill=tmp_path)
+    batches = [[f"alpha w{b}x{i} blk_{b}{i} 1{b}{i}" for i in range(30)] for b in range(20)]
+    given: dict[int, str] = {}
+    for batch in batches:
+        triples = counter.count(batch)
+        assert len(counter.vocab) <= 100 + 2 * 30  # a run, and one batch's new words
+        given.update(names_of(counter))
+        assert set(triples.term.tolist()) <= set(given)
+    assert len(list(tmp_path.glob(".words*.part"))) >= 5  # spilled in runs
+    merged = list(counter.sorted_words())
+    words = [w for w, _ in merged]
+    assert words == sorted(words) and {i for _, i in merged} == set(range(counter.word_ids))
+    assert all(given[i] == w for w, i in merged)  # each id still names its word
+    assert words.count("alpha") >= 5  # one id per run it was seen in
+    assert list(tmp_path.iterdir()) == []  # the run files are gone

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from context_window.documents import build as build_module
 from context_window.documents.build import _has_structure, copy_source
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import DocumentStore
@@ -102,6 +103,23 @@ def test_a_bad_or_empty_file_leaves_nothing(tmp_path: Path) -> None:
         store.ingest(file_path="empty.txt")
     assert store.all() == []
     assert [p.name for p in store.root.iterdir()] == []  # no work directory left
+
+
+def test_a_structured_file_has_a_lower_limit_than_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A text with headings is chunked whole, so it has its own limit below the file
+    # limit; a log of the same size is chunked a segment at a time and passes.
+    monkeypatch.setattr(build_module, "MAX_STRUCTURED_CHARS", 5_000)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "guide.md").write_text("# Guide\n\n" + "Some prose here.\n" * 400)
+    (tmp_path / "in" / "app.log").write_text("INFO a log line of prose\n" * 400)
+    store = DocumentStore(tmp_path / "data", TokenCounter(0.27), ingest_roots=[tmp_path / "in"])
+    with pytest.raises(InvalidInput, match=r"6,809 characters with headings .* limit is 5,000"):
+        store.ingest(file_path="guide.md")
+    assert store.all() == []
+    assert [p.name for p in store.root.iterdir()] == []  # no work directory left
+    assert store.ingest(file_path="app.log").doc.chars == 10_000
 
 
 CHILD = """

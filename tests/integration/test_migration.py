@@ -102,3 +102,38 @@ def test_doctor_finds_a_data_dir_of_the_old_layout_clean(old_data: Path) -> None
     report = audit(old_data)
     assert not report.problems, report.problems
     assert report.documents == 1 and report.chunks > 0
+
+
+async def test_a_version_3_document_is_reindexed_with_its_numbers_apart(
+    tmp_path: Path, settings: SettingsFactory
+) -> None:
+    # Index version 3 kept number terms in terms.bin and had no numbers.npy. Such a
+    # document is clean to doctor until its first use, which re-indexes it from its
+    # source.txt (streamed, as an ingest is) and finds its numbers by key.
+    log = tmp_path / "in" / "app.log"
+    log.parent.mkdir()
+    log.write_text("".join(f"req {i:05d} took {i * 37} ms on port 8080\n" for i in range(3000)))
+    async with client(settings(ingest_roots=(log.parent,), chunk_tokens=200)) as c:
+        res = await c.call_tool("doc_ingest", {"file_path": "app.log", "doc_id": "app"})
+        assert not res.is_error, text(res)
+        await c.call_tool("doc_window", {"doc_id": "app", "budget_tokens": 300})  # cursor moves
+    doc = tmp_path / "data" / "documents" / "app"
+    stats = json.loads((doc / "index" / "stats.json").read_text())
+    (doc / "index" / "stats.json").write_text(json.dumps({**stats, "version": 3}))
+    (doc / "index" / "numbers.npy").unlink()
+    before_meta = json.loads((doc / "meta.json").read_text())
+    before_source = (doc / "source.txt").read_bytes()
+    assert not audit(tmp_path / "data").problems
+    async with client(settings(ingest_roots=(log.parent,), chunk_tokens=200)) as c:
+        res = await c.call_tool("doc_search", {"query": "req 02345", "doc_id": "app"})
+        assert not res.is_error, text(res)
+        assert "req 02345 took 86765 ms" in text(res)
+        window = await c.call_tool("doc_window", {"doc_id": "app", "budget_tokens": 300})
+        assert window.structured_content["chunks"][0]["index"] == before_meta["cursor"] > 0
+    assert json.loads((doc / "index" / "stats.json").read_text())["version"] == INDEX_VERSION
+    assert np.load(doc / "index" / "numbers.npy").size > 3000
+    assert (doc / "source.txt").read_bytes() == before_source
+    after_meta = json.loads((doc / "meta.json").read_text())
+    for key in ("id", "title", "sha256", "chars", "chunks", "created_at"):
+        assert after_meta[key] == before_meta[key], key
+    assert not audit(tmp_path / "data").problems
