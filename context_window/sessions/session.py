@@ -201,7 +201,12 @@ class Session:
             if self.journal.generation != self._generation:  # purged by some process
                 self._clear()
             self._state.apply(records)
-        self._unsaved += len(records)
+        self._applied(len(records))
+
+    def _applied(self, n: int) -> None:
+        """Count records applied since the last snapshot (read or written by this
+        process alike); a snapshot is due once there are ``snapshot_after``."""
+        self._unsaved += n
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
             self._due = True
 
@@ -321,6 +326,7 @@ class Session:
             record["seq"] = self._state.max_seq + 1
             self.journal.write([record])
             self._state.apply([record])
+            self._applied(1)
         return self._entry(str(record["id"]))
 
     def update(
@@ -341,6 +347,7 @@ class Session:
             self._check_pins(entry_id, pinned, deleted)
             self.journal.write([patch])
             self._state.apply([patch])
+            self._applied(1)
         return self._entry(entry_id)
 
     def _check_pins(self, entry_id: str, pinned: bool | None, deleted: bool | None) -> None:
@@ -443,6 +450,7 @@ class Session:
             record["seq"] = self._state.max_seq + 1
             self.journal.write([record])
             self._state.apply([record])
+            self._applied(1)
         return self._entry(str(record["id"]))
 
     def uncompact(self, compaction_id: str) -> list[Entry]:
@@ -470,6 +478,7 @@ class Session:
             patch = {"kind": "patch", "id": compaction_id, "deleted": True, "uncompacted": True}
             self.journal.write([patch])
             self._state.apply([patch])
+            self._applied(1)
             now = self.clock()
             restored = [
                 self._entry(eid, now) for eid in rec["replaces"] if eid in self._state.records
@@ -626,6 +635,7 @@ class Session:
                 snapshot.remove(self.dir)  # it reflects the journal before the rewrite
                 self._clear()
                 self._state.apply(kept)  # what was written, without reading it back
+                self._applied(len(kept))
                 self._catch_up()
         return result
 
