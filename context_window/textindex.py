@@ -339,7 +339,8 @@ class MemoryIndex:
     def restore(cls, terms: list[str], arrays: dict[str, npt.NDArray[Any]]) -> MemoryIndex:
         """The index ``export`` gave (ValueError if the parts do not fit together)."""
         offsets = arrays["offsets"].astype(np.int64)
-        docs, tfs = arrays["docs"].astype(np.uint32), arrays["tfs"].astype(np.uint32)
+        # Memory-mapped postings stay mapped: a query reads only its terms' pages.
+        docs, tfs = np.asarray(arrays["docs"], np.uint32), np.asarray(arrays["tfs"], np.uint32)
         doc_len = arrays["doc_len"].astype(np.uint32)
         if len(offsets) != len(terms) + 1 or len(docs) != len(tfs) or int(offsets[-1]) != len(docs):
             raise ValueError("index arrays do not fit together")

@@ -18,9 +18,11 @@ import contextlib
 import json
 import logging
 import math
+import mmap
+import struct
+import zipfile
 from array import array
 from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.errors import Busy
-from context_window.sessions.state import Record, SessionState, gc_paused
+from context_window.sessions.state import Blob, Columns, Records, SessionState, gc_paused
 from context_window.storage import JournalPosition, atomic_file, file_lock
 from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
@@ -37,7 +39,7 @@ log = logging.getLogger("context_window")
 
 SNAPSHOT = "snapshot.npz"
 LOCK = ".snapshot.lock"  # held while a snapshot is written
-FORMAT = 1
+FORMAT = 2  # 2: texts cut by byte ends (text_ends), read from the file when asked for
 _FLAGS = ("pinned", "deleted", "superseded")
 
 
@@ -72,26 +74,19 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
         "explicit": state.explicit,
         "terms": terms,
     }
-    records = [state.records[eid] for eid in state.order]
-    roles = sorted({r["role"] for r in records})
-    texts = [r["text"] for r in records]
-    meta["roles"] = roles
-    meta["tags"] = {i: list(r["tags"]) for i, r in enumerate(records) if r["tags"]}
-    meta["replaces"] = {i: list(r["replaces"]) for i, r in enumerate(records) if r["replaces"]}
-    code = {role: k for k, role in enumerate(roles)}
-    # The entries as columns: their texts in one UTF-8 blob cut by character counts.
+    entries = _entry_columns(state)
+    n = len(entries)
+    meta["roles"] = entries.roles
+    meta["tags"] = entries.tags
+    meta["replaces"] = entries.replaces
     arrays: dict[str, npt.NDArray[Any]] = {
         "meta": _blob(meta),
         "ids": np.frombuffer(_encode("\n".join(state.order)), dtype=np.uint8),
-        "texts": np.frombuffer(_encode("".join(texts)), dtype=np.uint8),
-        "text_chars": np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)),
-        "roles": np.fromiter(
-            (code[r["role"]] for r in records), dtype=np.uint8, count=len(records)
-        ),
-        "created": np.fromiter(
-            (r["created_at"] for r in records), dtype=np.float64, count=len(records)
-        ),
-        "seq": np.fromiter((r["seq"] for r in records), dtype=np.int64, count=len(records)),
+        "texts": np.frombuffer(entries.texts.read(0, int(entries.ends[-1]) if n else 0), np.uint8),
+        "text_ends": entries.ends,
+        "roles": entries.role_codes,
+        "created": entries.created,
+        "seq": entries.seq,
         "seqs": np.frombuffer(bytes(state.seqs), dtype=np.float64),
         "costs": np.frombuffer(bytes(state.costs), dtype=np.int64),
         "expires": np.frombuffer(bytes(state.expires), dtype=np.float64),
@@ -104,6 +99,46 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
     except Busy:
         return False  # another process is saving one right now
     return True
+
+
+def _entry_columns(state: SessionState) -> Columns:
+    """The entries' fields as columns (tags and replaces by position, those set): a
+    state read from a snapshot gives its columns for the positions it held, and only
+    the entries added since are taken from their records."""
+    base = state.records.columns
+    if base is None:
+        base = Columns(
+            np.zeros(0, np.int64),
+            np.zeros(0, np.float64),
+            np.zeros(0, np.uint8),
+            [],
+            Blob(),
+            np.zeros(0, np.int64),
+            {},
+            {},
+        )
+    n = len(base)
+    tail = [state.records[eid] for eid in state.order[n:]]
+    roles = sorted({r.role for r in tail}.union(base.roles))
+    code = {role: k for k, role in enumerate(roles)}
+    recode = np.array([code[r] for r in base.roles], dtype=np.uint8)
+    texts = [_encode(r.text) for r in tail]
+    start = int(base.ends[-1]) if n else 0
+    ends = np.cumsum(np.fromiter(map(len, texts), np.int64, count=len(texts))) + start
+    return Columns(
+        np.concatenate([base.seq, np.fromiter((r.seq for r in tail), np.int64, len(tail))]),
+        np.concatenate(
+            [base.created, np.fromiter((r.created_at for r in tail), np.float64, len(tail))]
+        ),
+        np.concatenate(
+            [recode[base.role_codes], np.fromiter((code[r.role] for r in tail), np.uint8)]
+        ),
+        roles,
+        Blob(base.texts.read(0, start) + b"".join(texts)),
+        np.concatenate([base.ends, ends]),
+        {**base.tags, **{n + j: r.tags for j, r in enumerate(tail) if r.tags}},
+        {**base.replaces, **{n + j: r.replaces for j, r in enumerate(tail) if r.replaces}},
+    )
 
 
 def _write(directory: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
@@ -123,15 +158,67 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        arrays, offsets, mapped = _mapped(path)
         with gc_paused():
-            return _state(arrays, counter, analyzer)
+            loaded = _state(arrays, counter, analyzer, Blob(path=path, offset=offsets["texts"]))
+        _release(mapped)
+        return loaded
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
         log.warning(
             "ignoring the snapshot of session %r (%s); replaying its journal", directory.name, exc
         )
         return None
+
+
+def _mapped(path: Path) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int], mmap.mmap | None]:
+    """Every array of an .npz written by ``np.savez`` (stored, not compressed), each a
+    view of the file memory-mapped (returned too): what is never read is never in
+    memory, and a snapshot replaced meanwhile stays readable (its file lives while
+    mapped), with where each array's data starts in the file. The map is read at
+    random: the kernel then reads the pages asked for, not the read-ahead around each."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    places: list[tuple[str, int, tuple[int, ...], np.dtype[Any]]] = []
+    with zipfile.ZipFile(path) as z, path.open("rb") as f:
+        for info in z.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+                raise ValueError(f"{info.filename} is not a stored array")
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if local[:4] != b"PK\x03\x04":
+                raise ValueError(f"{info.filename} has no local header")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            f.seek(start)
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"{info.filename} has .npy version {version}")
+            size = math.prod(shape) * dtype.itemsize
+            if fortran or dtype.hasobject or f.tell() - start + size != info.file_size:
+                raise ValueError(f"{info.filename} is not a plain array")
+            places.append((info.filename.removesuffix(".npy"), f.tell(), shape, dtype))
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if places else None
+    if mapped is not None and hasattr(mapped, "madvise"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    for name, offset, shape, dtype in places:
+        count = math.prod(shape)
+        out[name] = (
+            np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
+            if count and mapped is not None
+            else np.zeros(shape, dtype=dtype)
+        )
+    return out, {name: offset for name, offset, _, _ in places}, mapped
+
+
+def _release(mapped: mmap.mmap | None) -> None:
+    """Let go of the pages of ``mapped`` read so far (the checks read whole arrays):
+    they are read again, a page at a time, when asked for."""
+    if mapped is not None and hasattr(mmap, "MADV_DONTNEED"):
+        with contextlib.suppress(OSError):
+            mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def remove(directory: Path) -> None:
@@ -158,8 +245,9 @@ def _json(arr: npt.NDArray[Any]) -> Any:
 
 
 def _state(
-    arrays: dict[str, npt.NDArray[Any]], counter: TokenCounter, analyzer: Analyzer
+    arrays: dict[str, npt.NDArray[Any]], counter: TokenCounter, analyzer: Analyzer, texts: Blob
 ) -> Loaded | None:
+    """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]``."""
     meta = _json(arrays["meta"])
     if meta.get("format") != FORMAT or meta.get("analyzer") != ANALYZER_VERSION:
         return None
@@ -167,46 +255,41 @@ def _state(
     n = len(ids)
     parts = [
         arrays[k]
-        for k in ("seqs", "costs", "expires", "text_chars", "roles", "created", "seq", *_FLAGS)
+        for k in ("seqs", "costs", "expires", "text_ends", "roles", "created", "seq", *_FLAGS)
     ]
     if any(len(a) != n for a in parts) or len(arrays["ix_doc_len"]) != n:
         raise ValueError("its parts hold different numbers of entries")
-    text = _decode(arrays["texts"].tobytes())
-    ends = np.cumsum(arrays["text_chars"].astype(np.int64)).tolist()
-    if n and ends[-1] != len(text):
+    ends = np.array(arrays["text_ends"], dtype=np.int64)
+    blob = arrays["texts"]
+    if blob.dtype != np.uint8 or blob.ndim != 1:
+        raise ValueError("its texts are not bytes")
+    if n and (ends[0] < 0 or np.any(np.diff(ends) < 0) or ends[-1] != len(blob)):
         raise ValueError("the texts do not add up")
+    roles = [str(r) for r in meta["roles"]]
+    codes = np.array(arrays["roles"], dtype=np.uint8)
+    if n and int(codes.max()) >= len(roles):
+        raise ValueError("an entry has a role not listed")
     state = SessionState(counter, analyzer)
     state.index = MemoryIndex.restore(
         [str(t) for t in meta["terms"]],
         {k[3:]: v for k, v in arrays.items() if k.startswith("ix_")},
     )
-    roles = [str(r) for r in meta["roles"]]
-    tags = {int(k): tuple(str(t) for t in v) for k, v in meta["tags"].items()}
-    replaces = {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()}
-    flags = {k: arrays[k].astype(bool).tolist() for k in _FLAGS}
-    expires = [None if x == math.inf else x for x in arrays["expires"].astype(float).tolist()]
-    # Column by column (map builds the records at C speed): a million entries load in
-    # about a second.
-    records = map(
-        Record,
-        ids,
-        arrays["seq"].tolist(),
-        arrays["created"].tolist(),
-        list(map(roles.__getitem__, arrays["roles"].tolist())),
-        [text[a:b] for a, b in zip([0, *ends], ends)],  # noqa: B905  one start too many
-        arrays["costs"].tolist(),
-        [tags.get(i, ()) for i in range(n)] if tags else repeat((), n),
-        flags["pinned"],
-        flags["deleted"],
-        flags["superseded"],
-        [replaces.get(i, ()) for i in range(n)] if replaces else repeat((), n),
-        expires,
+    columns = Columns(
+        np.asarray(arrays["seq"], dtype=np.int64),
+        np.asarray(arrays["created"], dtype=np.float64),
+        codes,
+        roles,
+        texts,  # read from the file a text at a time, not through the map: a page cache
+        # of large folios (Linux 6 on ext4, xfs) maps megabytes around each text read
+        ends,
+        {int(k): tuple(str(t) for t in v) for k, v in meta["tags"].items()},
+        {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()},
     )
-    state.records = dict(zip(ids, records, strict=True))
     state.pos = dict(zip(ids, range(n), strict=True))
     state.order = ids
-    if len(state.records) != n:
+    if len(state.pos) != n:
         raise ValueError("an entry id is listed twice")
+    state.records = Records(state, columns)
     state.seqs = array("d", arrays["seqs"].astype(np.float64).tobytes())
     state.costs = array("q", arrays["costs"].astype(np.int64).tobytes())
     state.expires = array("d", arrays["expires"].astype(np.float64).tobytes())

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,6 +101,115 @@ class Record:
         return RECORD_FIELDS
 
 
+class Blob:
+    """Bytes read by range: from memory, or from a file (``os.pread``) that this holds
+    open while it lives, so a file renamed over or removed meanwhile stays readable."""
+
+    def __init__(self, data: bytes = b"", path: Path | None = None, offset: int = 0) -> None:
+        self._data = data
+        self._fd = -1 if path is None else os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._offset = offset
+
+    def __del__(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end``."""
+        if self._fd < 0:
+            return self._data[start:end]
+        data = os.pread(self._fd, end - start, self._offset + start)
+        if len(data) != end - start:
+            raise OSError(f"the snapshot ends {end - start - len(data)} bytes short")
+        return data
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The entries a snapshot holds, as its arrays (memory-mapped from the file): an
+    entry's record is built when it is asked for, its text read from the file then."""
+
+    seq: npt.NDArray[np.int64]
+    created: npt.NDArray[np.float64]
+    role_codes: npt.NDArray[np.uint8]
+    roles: list[str]
+    texts: Blob  # every text, UTF-8, one after another (read from the file when asked)
+    ends: npt.NDArray[np.int64]  # where each text ends in ``texts``
+    tags: dict[int, tuple[str, ...]]  # by position, the entries that have any
+    replaces: dict[int, tuple[str, ...]]
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def text(self, i: int) -> str:
+        """The text of position ``i``."""
+        start = int(self.ends[i - 1]) if i else 0
+        # A hand-edited journal can hold a lone surrogate (JSON allows "\ud800"): kept.
+        return self.texts.read(start, int(self.ends[i])).decode("utf-8", "surrogatepass")
+
+
+class Records:
+    """Entry id -> its Record, read like a dict. An entry from a snapshot is built from
+    the snapshot's columns whenever it is asked for, with its flags, tokens and expiry
+    from the state's arrays (kept current as patches come); entries added since are
+    held as Records. A million-entry session so holds no object per entry but its id."""
+
+    def __init__(self, state: SessionState, columns: Columns | None = None) -> None:
+        self._state = state
+        self.columns = columns
+        self._base = len(columns) if columns is not None else 0
+        self._held: dict[str, Record] = {}
+
+    def __len__(self) -> int:
+        return len(self._state.pos)
+
+    def __contains__(self, eid: object) -> bool:
+        return eid in self._held or eid in self._state.pos
+
+    def __getitem__(self, eid: str) -> Record:
+        rec = self.get(eid)
+        if rec is None:
+            raise KeyError(eid)
+        return rec
+
+    def __setitem__(self, eid: str, rec: Record) -> None:
+        self._held[eid] = rec
+
+    def get(self, eid: str, default: Record | None = None) -> Record | None:
+        """The record of ``eid``, or ``default``."""
+        rec = self._held.get(eid)
+        if rec is not None:
+            return rec
+        i = self._state.pos.get(eid)
+        return default if i is None or i >= self._base else self._built(i)
+
+    def items(self) -> Iterator[tuple[str, Record]]:
+        """(id, record) of every entry, in position order."""
+        for i, eid in enumerate(self._state.order):
+            held = self._held.get(eid)
+            yield eid, held if held is not None else self._built(i)
+
+    def _built(self, i: int) -> Record:
+        cols, state = self.columns, self._state
+        assert cols is not None
+        expires = state.expires[i]
+        return Record(
+            state.order[i],
+            int(cols.seq[i]),
+            float(cols.created[i]),
+            cols.roles[cols.role_codes[i]],
+            cols.text(i),
+            state.costs[i],
+            cols.tags.get(i, ()),
+            bool(state.flags["pinned"][i]),
+            bool(state.flags["deleted"][i]),
+            bool(state.flags["superseded"][i]),
+            cols.replaces.get(i, ()),
+            None if expires == math.inf else expires,
+        )
+
+
 @dataclass(frozen=True)
 class Masks:
     """Per position: each flag, and whether the entry is expired at a given time."""
@@ -121,7 +232,7 @@ class SessionState:
         self.counter = counter
         self.analyzer = analyzer
         self.index = MemoryIndex()
-        self.records: dict[str, Record] = {}
+        self.records = Records(self)
         self.order: list[str] = []  # entry ids by position in the index
         # Per position, mirrored from the records so recall works on arrays, not dicts.
         self.pos: dict[str, int] = {}

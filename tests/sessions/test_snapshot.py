@@ -136,7 +136,18 @@ def _meta_with(path: Path, **changes: object) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncated", "garbage", "format", "analyzer", "short column", "bad postings", "empty"],
+    [
+        "truncated",
+        "garbage",
+        "format",
+        "analyzer",
+        "short column",
+        "bad postings",
+        "empty",
+        "text ends",
+        "role codes",
+        "compressed",
+    ],
 )
 def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) -> None:
     data = tmp_path / "data"
@@ -157,6 +168,20 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
     elif damage == "bad postings":
         with np.load(path, allow_pickle=False) as z:
             _rewrite_npz(path, {"ix_docs": z["ix_docs"] + 10**6})
+    elif damage == "text ends":  # the texts would be cut in the wrong places
+        with np.load(path, allow_pickle=False) as z:
+            ends = z["text_ends"].copy()
+        ends[5], ends[6] = ends[6], ends[5]
+        _rewrite_npz(path, {"text_ends": ends})
+    elif damage == "role codes":
+        with np.load(path, allow_pickle=False) as z:
+            _rewrite_npz(path, {"roles": z["roles"] + 7})
+    elif damage == "compressed":  # a valid .npz, but its members cannot be mapped
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        path.write_bytes(buf.getvalue())
     else:
         path.write_bytes(b"")
     again = opened(data)
@@ -212,3 +237,28 @@ def test_a_hand_edited_line_with_a_lone_surrogate_survives_a_snapshot(tmp_path: 
     assert any("\ud800" in e.text for e in first.entries())
     again = opened(data)
     assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
+
+
+def test_a_snapshot_is_read_lazily_and_saved_again_from_its_columns(tmp_path: Path) -> None:
+    # Read from a snapshot, the entries are the snapshot's mapped columns: no text is in
+    # memory until asked for. A snapshot saved later from such a state (columns for the
+    # entries read, records for those added since: other roles, tags, a compaction)
+    # reads back as a replay of the journal does.
+    data = tmp_path / "data"
+    build(data)
+    opened(data)  # saves the first snapshot
+    s = opened(data, after=40)
+    assert s.from_snapshot
+    snap = str(data / "sessions" / "s" / SNAPSHOT)
+    assert snap in Path("/proc/self/maps").read_text()
+    assert s._state.records.columns is not None and not s._state.records._held
+    for i in range(45):
+        s.append(f"later {i}: the parser cache", role="decision" if i % 3 else "user", tags=["t9"])
+    plan = s.plan_compaction(keep_recent=10)
+    s.commit_summary(plan, "summary of everything before", "test")
+    s.recall("parser", 1_000)  # a snapshot is due: saved from the columns and the records
+    again = opened(data, after=None)
+    assert again.from_snapshot > s.from_snapshot
+    assert state_of(again) == replayed(data, tmp_path)
+    roles = {e.role for e in again.entries(include_hidden=True)}
+    assert {"decision", "user", "note", "summary"} <= roles
