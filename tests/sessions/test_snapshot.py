@@ -262,3 +262,16 @@ def test_a_snapshot_is_read_lazily_and_saved_again_from_its_columns(tmp_path: Pa
     assert state_of(again) == replayed(data, tmp_path)
     roles = {e.role for e in again.entries(include_hidden=True)}
     assert {"decision", "user", "note", "summary"} <= roles
+
+
+def test_a_sessions_own_writes_make_a_snapshot_due(tmp_path: Path) -> None:
+    # A server that appends to a session itself saves snapshots as it goes, so its
+    # next start does not replay everything it wrote.
+    store = SessionStore(tmp_path / "data", TokenCounter(0.27), snapshot_after=25)
+    s = store.open("w")[0]
+    for i in range(30):
+        s.append(f"own note {i}")
+    s.refresh()
+    assert (tmp_path / "data" / "sessions" / "w" / SNAPSHOT).is_file()
+    again = SessionStore(tmp_path / "data", TokenCounter(0.27), snapshot_after=None).get("w")
+    assert again.from_snapshot == 30 and [e.text for e in again.entries()][-1] == "own note 29"
