@@ -12,6 +12,7 @@ import contextlib
 import gc
 import math
 import os
+import weakref
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -156,7 +157,9 @@ class Records:
     held as Records. A million-entry session so holds no object per entry but its id."""
 
     def __init__(self, state: SessionState, columns: Columns | None = None) -> None:
-        self._state = state
+        # A proxy, not a reference: the state holds this, and a cycle would keep a
+        # dropped session's state alive until the next full garbage collection.
+        self._state: SessionState = weakref.proxy(state)
         self.columns = columns
         self._base = len(columns) if columns is not None else 0
         self._held: dict[str, Record] = {}

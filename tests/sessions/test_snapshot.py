@@ -4,9 +4,11 @@ analyzer or format: the journal is replayed instead)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import shutil
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +277,18 @@ def test_a_sessions_own_writes_make_a_snapshot_due(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "sessions" / "w" / SNAPSHOT).is_file()
     again = SessionStore(tmp_path / "data", TokenCounter(0.27), snapshot_after=None).get("w")
     assert again.from_snapshot == 30 and [e.text for e in again.entries()][-1] == "own note 29"
+
+
+def test_a_dropped_state_is_freed_at_once_not_at_the_next_collection(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data, n=60)
+    opened(data)  # saves the snapshot
+    s = opened(data, after=None)
+    assert s.from_snapshot
+    ref = weakref.ref(s._state)
+    gc.disable()
+    try:
+        s._clear()  # what a purge or a rewrite by another process does
+        assert ref() is None  # no cycle through its records kept it
+    finally:
+        gc.enable()
