@@ -108,8 +108,10 @@ class Blob:
 
     def __init__(self, data: bytes = b"", path: Path | None = None, offset: int = 0) -> None:
         self._data = data
-        self._fd = -1 if path is None else os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._offset = offset
+        self._fd = -1  # set first: __del__ runs even when the open below fails
+        if path is not None:
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     def __del__(self) -> None:
         if self._fd >= 0:
