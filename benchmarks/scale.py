@@ -27,7 +27,7 @@ from benchmarks.documents import child_env
 from benchmarks.measure import summary_ms, time_calls
 from benchmarks.sessions import write_session
 from context_window.config import Settings
-from context_window.service import Service
+from context_window.service import RECENT, Service
 from context_window.storage import write_json_atomic
 from context_window.tokens import estimate
 
@@ -121,11 +121,23 @@ def bench_big_session_calls(data_dir: Path, entries: int, calls: int) -> dict[st
         texts = session_texts(calls, seed=size + 3)
         out[f"append_{size}"] = summary_ms(time_calls(lambda t, s=session: s.append(t), texts))
         out[f"status_{size}"] = summary_ms(time_calls(lambda _, s=session: s.stats(), range(calls)))
+        out[f"open_{size}"] = summary_ms(  # what context_open does: resume, pins, latest
+            time_calls(lambda _, sid=sid: _opened(service, sid), range(calls))
+        )
     small, large = out["append_1000"]["p50_ms"], out[f"append_{entries}"]["p50_ms"]
     out["append_ratio"] = round(large / small, 2) if small else float("nan")
     small, large = out["status_1000"]["p50_ms"], out[f"status_{entries}"]["p50_ms"]
     out["status_ratio"] = round(large / small, 2) if small else float("nan")
+    small, large = out["open_1000"]["p50_ms"], out[f"open_{entries}"]["p50_ms"]
+    out["open_ratio"] = round(large / small, 2) if small else float("nan")
+    out["open_ms"] = large
     return out
+
+
+def _opened(service: Service, session_id: str) -> None:
+    session, _ = service.sessions.open(session_id)
+    session.pinned_and_latest(RECENT)
+    session.stats()
 
 
 def bench_compaction(data_dir: Path, entries: int) -> dict[str, Any]:

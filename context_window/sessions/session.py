@@ -251,34 +251,64 @@ class Session:
             shown = np.ones(len(self._state.order), dtype=np.bool_)
         else:
             shown = m.live | (include_superseded & m.superseded & ~m.deleted & ~m.expired)
-        return self._in_time_order(shown, now)
+        ordered = self._time_ordered(shown).tolist()
+        return [self._entry(self._state.order[i], now) for i in ordered]
 
     def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
         """The live pinned entries, and the ``latest`` live unpinned ones, each in time
-        order (as :meth:`entries` orders them). Chosen on the arrays: only the entries
-        returned are built, so the cost is what is shown, not the session's size."""
+        order (as :meth:`entries` orders them). The pins are looked up by position and
+        the latest entries from the end, so the cost is what is shown (and the pins),
+        not the session's size."""
         self.refresh()
         now = self.clock()
-        m = self._state.masks(now)
+        state = self._state
+        deleted, superseded = state.flags["deleted"], state.flags["superseded"]
+        live = [i for i in sorted(state.pinned_at) if not (deleted[i] or superseded[i])]
+        pins = self._time_ordered_at(np.array(live, dtype=np.intp)).tolist()
+        latest_ones = self._latest(latest, now).tolist()
         return (
-            self._in_time_order(m.live & m.pinned, now),
-            self._in_time_order(m.live & ~m.pinned, now, last=max(0, latest)),
+            [self._entry(state.order[i], now) for i in pins],
+            [self._entry(state.order[i], now) for i in latest_ones],
         )
 
-    def _time_ordered(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
-        """``mask``'s positions in time order."""
-        positions = np.flatnonzero(mask)
+    def _time_ordered_at(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """``positions`` (ascending) in time order, ties by position."""
         seqs = np.frombuffer(self._state.seqs, dtype=np.float64)[positions]
         return positions[np.argsort(seqs, kind="stable")]
 
-    def _in_time_order(
-        self, mask: npt.NDArray[np.bool_], now: float, last: int | None = None
-    ) -> list[Entry]:
-        """The entries at ``mask``'s positions in time order (only the ``last`` latest)."""
-        ordered = self._time_ordered(mask)
-        if last is not None:
-            ordered = ordered[len(ordered) - min(last, len(ordered)) :]
-        return [self._entry(self._state.order[i], now) for i in ordered.tolist()]
+    def _time_ordered(self, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+        """``mask``'s positions in time order."""
+        return self._time_ordered_at(np.flatnonzero(mask))
+
+    def _latest(self, last: int, now: float) -> npt.NDArray[np.intp]:
+        """The ``last`` latest live unpinned positions, in time order (the end of
+        ``_time_ordered`` over them all, ties by position).
+
+        Positions are looked at from the end, a block at a time: once the block holds
+        ``last`` of them and no earlier position is later in time (``seq_high``), the
+        rest cannot change the answer. Appends come in time order, so one small block
+        usually does.
+        """
+        state = self._state
+        n = len(state.order)
+        seqs = np.frombuffer(state.seqs, dtype=np.float64)
+        size = max(64, 4 * last)
+        while last > 0:
+            a = max(0, n - size)
+            flag = {k: np.frombuffer(bytes(v[a:]), dtype=np.bool_) for k, v in state.flags.items()}
+            due = np.frombuffer(state.expires, dtype=np.float64)[a:] <= now
+            shown = ~(flag["deleted"] | flag["superseded"] | due | flag["pinned"])
+            positions = np.flatnonzero(shown) + a
+            block = seqs[positions]
+            if len(positions) > last:  # every position tied with the last-th latest stays
+                kth = np.partition(block, len(block) - last)[len(block) - last]
+                keep = block >= kth
+                positions, block = positions[keep], block[keep]
+            if a == 0 or (len(positions) >= last and state.seq_high[a - 1] <= block.min()):
+                ordered = positions[np.lexsort((positions, block))]
+                return ordered[len(ordered) - min(last, len(ordered)) :]
+            size *= 4
+        return np.zeros(0, dtype=np.intp)
 
     def get(self, entry_id: str) -> Entry:
         """One entry by id, whatever its state."""

@@ -290,7 +290,10 @@ def _state(
     if len(state.pos) != n:
         raise ValueError("an entry id is listed twice")
     state.records = Records(state, columns)
-    state.seqs = array("d", arrays["seqs"].astype(np.float64).tobytes())
+    seqs = np.asarray(arrays["seqs"], dtype=np.float64)
+    state.seqs = array("d", seqs.tobytes())
+    state.seq_high = array("d", np.maximum.accumulate(seqs).tobytes() if n else b"")
+    state.pinned_at = {int(i) for i in np.flatnonzero(arrays["pinned"])}
     state.costs = array("q", arrays["costs"].astype(np.int64).tobytes())
     state.expires = array("d", arrays["expires"].astype(np.float64).tobytes())
     state.flags = {k: bytearray(arrays[k].astype(np.uint8).tobytes()) for k in _FLAGS}

@@ -242,6 +242,10 @@ class SessionState:
         # Per position, mirrored from the records so recall works on arrays, not dicts.
         self.pos: dict[str, int] = {}
         self.seqs = array("d")
+        # seq_high[i]: the latest time position among positions 0..i, so the latest
+        # entries are found from the end without looking at every position.
+        self.seq_high = array("d")
+        self.pinned_at: set[int] = set()  # positions whose entry is pinned
         self.costs = array("q")
         self.expires = array("d")  # expiry time per position; inf = never
         self.flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
@@ -404,6 +408,11 @@ class SessionState:
         self.order.append(eid)
         folded = [self.seqs[self.pos[r]] for r in replaces if r in self.pos]
         self.seqs.append(max(folded) + 0.5 if folded else float(seq))
+        self.seq_high.append(
+            max(self.seq_high[-1], self.seqs[-1]) if self.seq_high else self.seqs[-1]
+        )
+        if state["pinned"]:
+            self.pinned_at.add(len(self.order) - 1)
         self.costs.append(state["tokens"])
         self.expires.append(math.inf if state["expires_at"] is None else state["expires_at"])
         for key, flags in self.flags.items():
@@ -442,6 +451,10 @@ class SessionState:
         if counted:
             self._count(i, -1)
         self.flags[key][i] = value
+        if key == "pinned" and value:
+            self.pinned_at.add(i)
+        elif key == "pinned":
+            self.pinned_at.discard(i)
         if counted:
             self._count(i, 1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 from collections.abc import Callable
@@ -639,6 +640,54 @@ def test_pinned_and_latest_are_what_the_whole_entry_list_would_give(tmp_path: Pa
         [e.id for e in session.pinned_and_latest(5)[0]],
         [e.id for e in session.pinned_and_latest(5)[1]],
     ) == picked(5)
+
+
+def test_the_latest_entries_with_tied_times_are_those_the_whole_list_ends_with(
+    tmp_path: Path,
+) -> None:
+    # A hand-edited (or merged) journal can give entries the same seq: the latest few,
+    # picked without sorting every entry, are still the end of the full time order.
+    folder = tmp_path / "data" / "sessions" / "tied"
+    folder.mkdir(parents=True)
+    seqs = [1, 2, 2, 2, 3, 3, 5, 4, 4, 5]
+    lines = [
+        json.dumps({"kind": "entry", "id": f"e{i}", "seq": q, "created_at": 1.8e9, "text": f"t{i}"})
+        for i, q in enumerate(seqs)
+    ]
+    (folder / "entries.jsonl").write_text("\n".join(lines) + "\n")
+    session = SessionStore(tmp_path / "data", TokenCounter(0.27)).get("tied")
+    order = [e.id for e in session.entries()]
+    for latest in range(12):
+        got = [e.id for e in session.pinned_and_latest(latest)[1]]
+        assert got == (order[-latest:] if latest else []), latest
+
+
+@pytest.mark.parametrize("late", [3, 150, 297])
+def test_the_latest_entries_are_found_from_the_end_even_when_an_early_one_is_later(
+    tmp_path: Path, late: int
+) -> None:
+    # context_open looks for the latest entries from the end of the journal, a block at
+    # a time; an entry far from the end with the latest time (a hand-edited seq) must
+    # still be found, and deleted, pinned and expired entries left out on the way.
+    folder = tmp_path / "data" / "sessions" / "far"
+    folder.mkdir(parents=True)
+    lines = []
+    for i in range(300):
+        rec = {"kind": "entry", "id": f"e{i}", "seq": 10_000 if i == late else i + 1}
+        rec.update(created_at=1.8e9, text=f"t{i}", pinned=i % 97 == 5)
+        if i % 13 == 0:
+            rec["expires_at"] = 1.0  # long past
+        lines.append(json.dumps(rec))
+    lines += [json.dumps({"kind": "patch", "id": f"e{i}", "deleted": True}) for i in (296, 298)]
+    (folder / "entries.jsonl").write_text("\n".join(lines) + "\n")
+    session = SessionStore(tmp_path / "data", TokenCounter(0.27)).get("far")
+    live = session.entries()
+    unpinned = [e.id for e in live if not e.pinned]
+    for latest in (1, 2, 5, 70, 299, 400):
+        pinned, recent = session.pinned_and_latest(latest)
+        assert [e.id for e in recent] == unpinned[-latest:], latest
+        assert [e.id for e in pinned] == [e.id for e in live if e.pinned]
+    assert unpinned[-1] == f"e{late}" or late % 13 == 0
 
 
 def test_counts_kept_as_flags_change_equal_a_recount(tmp_path: Path) -> None:

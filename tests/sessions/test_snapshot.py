@@ -50,6 +50,7 @@ def state_of(s: Session) -> dict[str, object]:
     out: dict[str, object] = {
         "entries": s.entries(include_hidden=True),
         "stats": s.stats(),
+        "opened": [s.pinned_and_latest(k) for k in (0, 5, 120)],  # what context_open shows
     }
     for q in QUERIES:
         for superseded in (False, True):
