@@ -64,6 +64,8 @@ METRICS = {
     "scale.touch_sessions_gc_ms",
     "scale.append_over_1k",
     "scale.status_over_1k",
+    "scale.open_ms",
+    "scale.open_over_1k",
     "scale.compact_ms",
     "scale.restart_replay_s",
     "scale.restart_snapshot_s",
@@ -96,6 +98,7 @@ TARGETED = {
     "server.start_to_tools_list_s",
     "documents.peak_rss_mb",
     "documents.disk_over_source",
+    "scale.open_ms",
     "lifecycle.schema_tokens",
     "hostile.worst_doubling",
 }
