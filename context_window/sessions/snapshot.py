@@ -19,12 +19,13 @@ import json
 import logging
 import math
 import mmap
+import os
 import struct
 import zipfile
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -158,9 +159,13 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
     if not path.is_file():
         return None
     try:
-        arrays, offsets, mapped = _mapped(path)
+        # One open file for all of it: a snapshot renamed over this one meanwhile
+        # must not mix with it.
+        with path.open("rb") as f:
+            arrays, offsets, mapped = _mapped(f)
+            texts = Blob(fd=os.dup(f.fileno()), offset=offsets["texts"])
         with gc_paused():
-            loaded = _state(arrays, counter, analyzer, Blob(path=path, offset=offsets["texts"]))
+            loaded = _state(arrays, counter, analyzer, texts)
         _release(mapped)
         return loaded
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
@@ -170,7 +175,7 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
         return None
 
 
-def _mapped(path: Path) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int], mmap.mmap | None]:
+def _mapped(f: BinaryIO) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int], mmap.mmap | None]:
     """Every array of an .npz written by ``np.savez`` (stored, not compressed), each a
     view of the file memory-mapped (returned too): what is never read is never in
     memory, and a snapshot replaced meanwhile stays readable (its file lives while
@@ -178,30 +183,31 @@ def _mapped(path: Path) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int], mm
     random: the kernel then reads the pages asked for, not the read-ahead around each."""
     out: dict[str, npt.NDArray[Any]] = {}
     places: list[tuple[str, int, tuple[int, ...], np.dtype[Any]]] = []
-    with zipfile.ZipFile(path) as z, path.open("rb") as f:
-        for info in z.infolist():
-            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
-                raise ValueError(f"{info.filename} is not a stored array")
-            f.seek(info.header_offset)
-            local = f.read(30)
-            if local[:4] != b"PK\x03\x04":
-                raise ValueError(f"{info.filename} has no local header")
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name_len + extra_len
-            f.seek(start)
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"{info.filename} has .npy version {version}")
-            size = math.prod(shape) * dtype.itemsize
-            if fortran or dtype.hasobject or f.tell() - start + size != info.file_size:
-                raise ValueError(f"{info.filename} is not a plain array")
-            places.append((info.filename.removesuffix(".npy"), f.tell(), shape, dtype))
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if places else None
-    if mapped is not None and hasattr(mapped, "madvise"):
+    with zipfile.ZipFile(f) as z:
+        infos = z.infolist()
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+            raise ValueError(f"{info.filename} is not a stored array")
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if local[:4] != b"PK\x03\x04":
+            raise ValueError(f"{info.filename} has no local header")
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+        start = info.header_offset + 30 + name_len + extra_len
+        f.seek(start)
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"{info.filename} has .npy version {version}")
+        size = math.prod(shape) * dtype.itemsize
+        if fortran or dtype.hasobject or f.tell() - start + size != info.file_size:
+            raise ValueError(f"{info.filename} is not a plain array")
+        places.append((info.filename.removesuffix(".npy"), f.tell(), shape, dtype))
+    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if places else None
+    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
         mapped.madvise(mmap.MADV_RANDOM)
     for name, offset, shape, dtype in places:
         count = math.prod(shape)

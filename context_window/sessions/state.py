@@ -16,7 +16,6 @@ import weakref
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,15 +102,14 @@ class Record:
 
 
 class Blob:
-    """Bytes read by range: from memory, or from a file (``os.pread``) that this holds
-    open while it lives, so a file renamed over or removed meanwhile stays readable."""
+    """Bytes read by range: from memory, or from an open file (``os.pread``) whose
+    descriptor this owns and closes, so a file renamed over or removed meanwhile
+    stays readable."""
 
-    def __init__(self, data: bytes = b"", path: Path | None = None, offset: int = 0) -> None:
+    def __init__(self, data: bytes = b"", fd: int = -1, offset: int = 0) -> None:
         self._data = data
         self._offset = offset
-        self._fd = -1  # set first: __del__ runs even when the open below fails
-        if path is not None:
-            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._fd = fd
 
     def __del__(self) -> None:
         if self._fd >= 0:
