@@ -25,12 +25,14 @@ CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if mos
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 
 
-def best_chunks(
-    docs: list[DocInfo], tables: list[Tables], corpus: Corpus, terms: list[str], limit: int
-) -> list[Hit]:
-    """The ``limit`` best chunks of ``docs`` for analysed ``terms``, best first (ties by
-    document, then chunk index), scored as one index over all of them (``corpus``: the
-    indexes of ``tables`` joined)."""
+Ranked = list[tuple[float, int, int]]  # (score, which document, chunk number), best first
+
+
+def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
+    """The ``limit`` best chunks for analysed ``terms``, best first (ties by document,
+    then chunk index), scored as one index over all of ``corpus``'s documents; each is
+    (score, the document's place in the corpus, the chunk's number in it). The best k
+    of them are the best k for any lower limit."""
     scores, matched, bases = corpus.score(terms)
     candidates = np.flatnonzero(matched)
     if len(candidates) > limit:  # every chunk tied with the limit-th, then by position
@@ -40,14 +42,14 @@ def best_chunks(
     # Joined positions run document after document, chunk after chunk: the tie order.
     best = candidates[np.lexsort((candidates, -scores[candidates]))[:limit]]
     owners = np.searchsorted(bases, best, side="right") - 1
-    found = [
+    return [
         (float(scores[g]), int(k), int(g - bases[k])) for g, k in zip(best, owners, strict=True)
     ]
-    hits = []
-    for score, k, i in found[:limit]:
-        chunk = tables[k].read(i, i)[0]
-        hits.append(Hit(docs[k].id, docs[k].title, chunk, score))
-    return hits
+
+
+def hits_of(docs: list[DocInfo], tables: list[Tables], ranked: Ranked) -> list[Hit]:
+    """The ranked chunks, read."""
+    return [Hit(docs[k].id, docs[k].title, tables[k].read(i, i)[0], s) for s, k, i in ranked]
 
 
 def best_passages(

@@ -37,7 +37,13 @@ from context_window.documents.build import (
 from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
 from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
-from context_window.documents.query import CANDIDATE_CHUNKS, best_chunks, best_passages
+from context_window.documents.query import (
+    CANDIDATE_CHUNKS,
+    Ranked,
+    best_passages,
+    hits_of,
+    ranked_chunks,
+)
 from context_window.documents.reingest import carry_cursors, chunk_settings, compare
 from context_window.documents.sandbox import open_file
 from context_window.documents.search import Answer
@@ -122,6 +128,11 @@ class _Source:
     place: Callable[[Path], tuple[str, int]] | None = None  # copies a file in: (sha256, size)
     sha256: str = ""  # inline text's, known before anything is written
     size: int = 0
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
 
 
 class DocumentStore:
@@ -614,17 +625,31 @@ class DocumentStore:
         self, terms: list[str], doc_id: str | None, limit: int
     ) -> tuple[list[Hit], dict[str, Tables]]:
         """The best chunks for analysed ``terms``, and the tables of the documents searched."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+        docs, tables, ranked = self._ranked(terms, doc_id, limit)
+        hits = self._hits(docs, tables, ranked, doc_id is None)
+        return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
+
+    def _ranked(
+        self, terms: list[str], doc_id: str | None, limit: int
+    ) -> tuple[list[DocInfo], list[Tables], Ranked]:
+        """The documents searched, their tables, and their ``limit`` best chunks ranked."""
+        _check_limit(limit)
         docs = [self.get(doc_id)] if doc_id is not None else self._searchable()
         tables = [self.tables(d) for d in docs]
-        hits = best_chunks(docs, tables, self._corpus(tables), terms, limit)
-        if doc_id is None:  # titles as meta.json holds them now (see _searchable)
-            fresh = {h.doc_id: self._parsed(h.doc_id) for h in hits}
+        return docs, tables, ranked_chunks(self._corpus(tables), terms, limit)
+
+    def _hits(
+        self, docs: list[DocInfo], tables: list[Tables], ranked: Ranked, fresh: bool
+    ) -> list[Hit]:
+        """The ``ranked`` chunks read; with ``fresh``, titled as meta.json holds them now
+        (a search over every document lists them from a listing, see ``_searchable``)."""
+        hits = hits_of(docs, tables, ranked)
+        if fresh:
+            parsed = {h.doc_id: self._parsed(h.doc_id) for h in hits}
             hits = [
-                replace(h, title=found[1].title) if (found := fresh[h.doc_id]) else h for h in hits
+                replace(h, title=found[1].title) if (found := parsed[h.doc_id]) else h for h in hits
             ]
-        return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
+        return hits
 
     def _corpus(self, tables: list[Tables]) -> Corpus:
         """The indexes of ``tables`` joined: the last one built while it was built from
@@ -653,15 +678,23 @@ class DocumentStore:
         terms = self._analyzer.query(query or "")
         if not terms:
             return None
+        _check_limit(limit)
+        # Ranked once, read as needed: the best k chunks are the best k of any more.
+        top = max(limit, CANDIDATE_CHUNKS)
+        docs, tables, ranked = self._ranked(terms, doc_id, top)
+        searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         # Read CANDIDATE_CHUNKS chunks. While most chunks read earn a hit of their own,
         # a higher limit can show more: read twice as many (up to the limit) and redo.
         # Where most do not, their lines repeat those shown, as further chunks' would.
-        want = CANDIDATE_CHUNKS
+        # When all the chunks ranked fit in the budget together, read them at once.
+        whole = sum(int(tables[k].tokens()[i]) for _, k, i in ranked)
+        want = len(ranked) if whole <= budget - reserve else CANDIDATE_CHUNKS
+        hits: list[Hit] = []
         while True:
-            hits, searched = self._best_chunks(terms, doc_id, want)
-            tables = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
+            hits += self._hits(docs, tables, ranked[len(hits) : want], doc_id is None)
+            shown = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
             found = best_passages(
-                hits, tables, terms, self._analyzer, self.counter, limit, budget, reserve
+                hits, shown, terms, self._analyzer, self.counter, limit, budget, reserve
             )
             if want >= limit or len(hits) < want or 2 * len(found.hits) <= len(hits):
                 return found

@@ -279,6 +279,29 @@ async def test_search_reads_more_chunks_while_most_of_those_read_are_shown(tmp_p
 
 
 @pytest.mark.anyio
+async def test_search_reads_every_chunk_ranked_when_they_fit_the_budget_together(
+    tmp_path: Path,
+) -> None:
+    # Eight short chunks hold lines of one shape (they collapse into one hit), two more
+    # rank below them with lines of their own. The first six read would stop the search
+    # (most earn no hit of their own); but all ten fit a large budget together, so they
+    # are read at once and the two others shown. A budget they do not fit keeps the rule.
+    same = [f"disk full on node {k}: disk full again, retry at {k}0 s" for k in range(8)]
+    other = [f"disk {a} full, said the {a} keeper, and the shed too" for a in ("yak", "elk")]
+    text = "\n\n".join(same + other)
+    async with serve(tmp_path, chunk_tokens=32, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text=text, doc_id="disks")
+        args = {"query": "disk full", "doc_id": "disks", "limit": 10}
+        _, wide = await ok(c, "doc_search", budget_tokens=4000, **args)
+        _, tight = await ok(c, "doc_search", budget_tokens=120, **args)
+    shown = [p["text"] for h in wide["hits"] for p in h["passages"]]
+    assert any("yak keeper" in t for t in shown) and any("elk keeper" in t for t in shown)
+    assert sum("disk full on node" in t for t in shown) == 1  # the eight as one, collapsed
+    narrow = [p["text"] for h in tight["hits"] for p in h["passages"]]
+    assert not any("keeper" in t for t in narrow)
+
+
+@pytest.mark.anyio
 async def test_search_without_searchable_words_shows_the_outline(tmp_path: Path) -> None:
     async with serve(tmp_path) as c:
         await ok(c, "doc_ingest", file_path="guide.md", doc_id="guide")
