@@ -1,9 +1,10 @@
 """The replayed state of one session's journal: its entries, their flags, and a BM25 index.
 
-Records are applied in file order, last value winning. Beside the entry dicts the
-state keeps per-position arrays (time position, token cost, expiry, flags) so
-that recall works on numpy arrays, not on dicts. ``sessions.Session`` owns one
-and replaces it when the journal is rewritten.
+Records are applied in file order, last value winning. Beside the entries' records
+(``Records``: held, or built from a snapshot's columns when asked for) the state keeps
+per-position arrays (time position, token cost, expiry, flags) so that recall works
+on numpy arrays, not on records. ``sessions.Session`` owns one and replaces it when
+the journal is rewritten.
 """
 
 from __future__ import annotations
