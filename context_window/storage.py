@@ -225,6 +225,18 @@ def recover_replaced(root: Path) -> list[str]:
     return restored
 
 
+def read_at(fd: int, offset: int, size: int) -> bytes:
+    """``size`` bytes of the open file ``fd`` from ``offset`` (fewer only at its end):
+    a ``pread`` may return less than asked (Linux stops at about 2 GiB), so it is read
+    again from where it stopped."""
+    parts = [os.pread(fd, size, offset)]
+    got = len(parts[0])
+    while got < size and parts[-1]:
+        parts.append(os.pread(fd, size - got, offset + got))
+        got += len(parts[-1])
+    return b"".join(parts) if len(parts) > 1 else parts[0]
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
     try:

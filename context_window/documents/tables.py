@@ -21,6 +21,7 @@ import numpy.typing as npt
 from context_window.documents.index import DocIndex
 from context_window.errors import REINGEST, StorageError
 from context_window.models import Chunk, Count, Reserve
+from context_window.storage import read_at
 
 # The arrays of a document's index/ directory, with the rows each holds beyond one per
 # chunk, or None when not per chunk. ``build`` and ``index`` write them, ``Tables``
@@ -205,14 +206,9 @@ def _read_at(path: str, offset: int, size: int) -> bytes:
     """``size`` bytes of the file at ``path`` from ``offset`` (fewer at its end)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        parts = [os.pread(fd, size, offset)]
-        got = len(parts[0])
-        while got < size and parts[-1]:  # a read may stop short of what was asked
-            parts.append(os.pread(fd, size - got, offset + got))
-            got += len(parts[-1])
+        return read_at(fd, offset, size)
     finally:
         os.close(fd)
-    return b"".join(parts) if len(parts) > 1 else parts[0]
 
 
 def chunk_record(c: Chunk) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from context_window.localtime import time_or_none
 from context_window.models import Entry
 from context_window.sessions.records import entry_problem, patch_problem
+from context_window.storage import read_at
 from context_window.termcount import TermCounter
 from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
@@ -121,7 +122,7 @@ class Blob:
         """Bytes ``start`` to ``end``."""
         if self._fd < 0:
             return self._data[start:end]
-        data = os.pread(self._fd, end - start, self._offset + start)
+        data = read_at(self._fd, self._offset + start, end - start)
         if len(data) != end - start:
             raise OSError(f"the snapshot ends {end - start - len(data)} bytes short")
         return data
