@@ -171,6 +171,12 @@ def shape(text: str) -> str:
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
+def _digit_twins_key(text: str) -> bytes:
+    """One key for texts that differ only in which digits they hold (their UTF-8 with
+    every digit made 0: a byte translation, which keeps every token's bounds)."""
+    return text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+
+
 class Shapes:
     """``shape`` for many passages: texts that differ only in their digits share one.
 
@@ -183,7 +189,7 @@ class Shapes:
         self._known: dict[bytes, str] = {}
 
     def __call__(self, text: str) -> str:
-        key = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+        key = _digit_twins_key(text)
         found = self._known.get(key)
         if found is None:
             found = self._known[key] = shape(text)
@@ -255,7 +261,7 @@ class Scorer:
         """
         key: str | bytes = line
         if self._digit_blind:
-            key = line.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+            key = _digit_twins_key(line)
         found = self._lines.get(key)
         if found is None:
             found = self._lines[key] = (self.terms_of(line), word_count(line))
