@@ -98,9 +98,10 @@ class IndexBuilder:
         self.n_chunks += len(batch.lengths)
         self.n_postings += len(batch.term)
 
-    def _blocks(self, keep: bool = False) -> Iterator[tuple[npt.NDArray[np.uint32], ...]]:
-        """The spilled (chunk, term, tf) columns, in the order they were added, a block of
-        rows at a time; the spill files are removed once read, unless ``keep``."""
+    def _blocks(self, *columns: int, keep: bool = False) -> Iterator[list[npt.NDArray[np.uint32]]]:
+        """The spilled columns asked for (0 chunk, 1 term, 2 tf), in the order they were
+        added, a block of rows at a time; the spill files are removed once read, unless
+        ``keep``."""
         for f in self._spilled:
             f.close()
         self._spilled = []
@@ -108,11 +109,9 @@ class IndexBuilder:
         try:
             if self.n_postings:
                 with contextlib.ExitStack() as stack:
-                    files = [stack.enter_context(path.open("rb")) for path in paths]
+                    files = [stack.enter_context(paths[k].open("rb")) for k in columns]
                     for _ in range(0, self.n_postings, ROWS_PER_READ):
-                        yield tuple(
-                            np.fromfile(f, dtype=np.uint32, count=ROWS_PER_READ) for f in files
-                        )
+                        yield [np.fromfile(f, dtype=np.uint32, count=ROWS_PER_READ) for f in files]
         finally:
             for path in paths if not keep else ():
                 path.unlink(missing_ok=True)
@@ -132,7 +131,7 @@ class IndexBuilder:
         n_terms = n_words + len(keys)
         del keys, ids
         df = np.zeros(n_terms, dtype=np.uint32)  # at most one posting per chunk
-        for _, term, _ in self._blocks(keep=True):  # pass 1: the document frequencies
+        for (term,) in self._blocks(1, keep=True):  # pass 1: the document frequencies
             np.add.at(df, _ranks(term, word_rank, number_rank), 1)
         offsets = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(df, out=offsets[1:])
@@ -141,7 +140,7 @@ class IndexBuilder:
         # Pass 2: the postings are parted into buckets of terms, in chunk order.
         tf_max = 0
         with _Buckets(self._spill, _cuts(offsets)) as buckets:
-            for chunk, term, tf in self._blocks():
+            for chunk, term, tf in self._blocks(0, 1, 2):
                 tf_max = max(tf_max, int(tf.max()))
                 buckets.hold(_ranks(term, word_rank, number_rank), chunk, tf)
             del word_rank, number_rank
