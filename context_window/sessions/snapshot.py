@@ -31,7 +31,15 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.errors import Busy
-from context_window.sessions.state import Blob, Columns, Records, SessionState, gc_paused
+from context_window.sessions.state import (
+    Blob,
+    Columns,
+    Records,
+    SessionState,
+    decode_text,
+    encode_text,
+    gc_paused,
+)
 from context_window.storage import JournalPosition, atomic_file, file_lock
 from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
@@ -82,7 +90,7 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
     meta["replaces"] = entries.replaces
     arrays: dict[str, npt.NDArray[Any]] = {
         "meta": _blob(meta),
-        "ids": np.frombuffer(_encode("\n".join(state.order)), dtype=np.uint8),
+        "ids": np.frombuffer(encode_text("\n".join(state.order)), dtype=np.uint8),
         "texts": np.frombuffer(entries.texts.read(0, int(entries.ends[-1]) if n else 0), np.uint8),
         "text_ends": entries.ends,
         "roles": entries.role_codes,
@@ -123,7 +131,7 @@ def _entry_columns(state: SessionState) -> Columns:
     roles = sorted({r.role for r in tail}.union(base.roles))
     code = {role: k for k, role in enumerate(roles)}
     recode = np.array([code[r] for r in base.roles], dtype=np.uint8)
-    texts = [_encode(r.text) for r in tail]
+    texts = [encode_text(r.text) for r in tail]
     start = int(base.ends[-1]) if n else 0
     ends = np.cumsum(np.fromiter(map(len, texts), np.int64, count=len(texts))) + start
     return Columns(
@@ -237,15 +245,6 @@ def _blob(value: Any) -> npt.NDArray[np.uint8]:
     return np.frombuffer(json.dumps(value).encode("ascii"), dtype=np.uint8)
 
 
-def _encode(text: str) -> bytes:
-    # A hand-edited journal can hold a lone surrogate (JSON allows "\ud800"): kept as is.
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogatepass")
-
-
 def _json(arr: npt.NDArray[Any]) -> Any:
     return json.loads(arr.tobytes().decode("utf-8"))
 
@@ -257,7 +256,7 @@ def _state(
     meta = _json(arrays["meta"])
     if meta.get("format") != FORMAT or meta.get("analyzer") != ANALYZER_VERSION:
         return None
-    ids = _decode(arrays["ids"].tobytes()).split("\n") if len(arrays["ids"]) else []
+    ids = decode_text(arrays["ids"].tobytes()).split("\n") if len(arrays["ids"]) else []
     n = len(ids)
     parts = [
         arrays[k]

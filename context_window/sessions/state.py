@@ -103,6 +103,17 @@ class Record:
         return RECORD_FIELDS
 
 
+def encode_text(text: str) -> bytes:
+    """Text as UTF-8 for a snapshot. A hand-edited journal can hold a lone surrogate
+    (JSON allows "\ud800"): it is kept as it is."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def decode_text(data: bytes) -> str:
+    """What ``encode_text`` made, as text again."""
+    return data.decode("utf-8", "surrogatepass")
+
+
 class Blob:
     """Bytes read by range: from memory, or from an open file (``os.pread``) whose
     descriptor this owns and closes, so a file renamed over or removed meanwhile
@@ -148,8 +159,7 @@ class Columns:
     def text(self, i: int) -> str:
         """The text of position ``i``."""
         start = int(self.ends[i - 1]) if i else 0
-        # A hand-edited journal can hold a lone surrogate (JSON allows "\ud800"): kept.
-        return self.texts.read(start, int(self.ends[i])).decode("utf-8", "surrogatepass")
+        return decode_text(self.texts.read(start, int(self.ends[i])))
 
 
 class Records:
@@ -170,7 +180,7 @@ class Records:
         return len(self._state.pos)
 
     def __contains__(self, eid: object) -> bool:
-        return eid in self._held or eid in self._state.pos
+        return eid in self._state.pos  # every entry has a position, held or not
 
     def __getitem__(self, eid: str) -> Record:
         rec = self.get(eid)
