@@ -295,10 +295,8 @@ class Session:
         size = max(64, 4 * last)
         while last > 0:
             a = max(0, n - size)
-            flag = {k: np.frombuffer(bytes(v[a:]), dtype=np.bool_) for k, v in state.flags.items()}
-            due = np.frombuffer(state.expires, dtype=np.float64)[a:] <= now
-            shown = ~(flag["deleted"] | flag["superseded"] | due | flag["pinned"])
-            positions = np.flatnonzero(shown) + a
+            m = state.masks(now, a)
+            positions = np.flatnonzero(m.live & ~m.pinned) + a
             block = seqs[positions]
             if len(positions) > last:  # every position tied with the last-th latest stays
                 kth = np.partition(block, len(block) - last)[len(block) - last]
