@@ -105,7 +105,7 @@ class Record:
 
 def encode_text(text: str) -> bytes:
     """Text as UTF-8 for a snapshot. A hand-edited journal can hold a lone surrogate
-    (JSON allows "\ud800"): it is kept as it is."""
+    (JSON allows "\\ud800"): it is kept as it is."""
     return text.encode("utf-8", "surrogatepass")
 
 
