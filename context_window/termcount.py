@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from context_window import wordscan
 from context_window.textindex import Analyzer
 
 U32 = npt.NDArray[np.uint32]
@@ -54,6 +55,10 @@ _RECENT_FLOOR = 65_536
 WORDS_PER_RUN = 1 << 18  # a counter with a spill folder keeps at most about this many words
 _WORDS_PER_WRITE = 65_536
 _WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
+# A batch of ASCII text at least this long is counted by the compiled scan (wordscan)
+# when numba is there; smaller ones are not worth its import and first compilation.
+SCAN_MIN_CHARS = 1 << 18
+SCAN_WORDS = 1 << 20  # the scan's table of raw words is emptied past this many
 
 
 def is_number_term(term: str) -> bool:
@@ -137,8 +142,14 @@ class TermCounter:
     """Counts terms of chunk texts and numbers the terms in a vocabulary it grows."""
 
     def __init__(
-        self, analyzer: Analyzer | None = None, numbers: bool = False, spill: Path | None = None
+        self,
+        analyzer: Analyzer | None = None,
+        numbers: bool = False,
+        spill: Path | None = None,
+        scan: bool | None = None,
     ) -> None:
+        """``scan``: count ASCII text with the compiled scan (True), never (False), or
+        for large batches when numba can be imported (None). It needs ``numbers``."""
         # Its own analyzer needs little memo: this counter remembers each word's ids.
         self.analyzer = analyzer or Analyzer(memo_limit=_MEMO_LIMIT // 4)
         self.vocab: dict[str, int] = {}  # every term but those in ``numbers`` (since a run)
@@ -147,6 +158,14 @@ class TermCounter:
         self._spill = spill
         self._runs: list[Path] = []
         self._base = 0  # ids given to the words of earlier runs
+        if scan and not numbers:
+            raise ValueError("the compiled scan keeps numbers apart: it needs numbers=True")
+        self._scan = scan if numbers else False
+        self._scanner: wordscan.Scanner | None = None
+        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w].
+        self._raw_len = np.zeros(0, dtype=np.int64)
+        self._raw_off = np.zeros(0, dtype=np.int64)
+        self._raw_flat = np.zeros(0, dtype=np.uint32)
 
     @property
     def word_ids(self) -> int:
@@ -183,6 +202,7 @@ class TermCounter:
         self._base += len(self.vocab)
         self.vocab.clear()
         self._memo.clear()  # it holds ids of the words spilled
+        self._forget_raw()  # so do the scanner's raw words
 
     def sorted_words(self) -> Iterator[tuple[str, int]]:
         """Every (word, id), in word order; a word spilled in several runs comes once
@@ -212,12 +232,91 @@ class TermCounter:
             self._spill_run()  # between batches: a chunk's words all have one id each
         ascii_rows = [i for i, t in enumerate(texts) if t.isascii()]
         other_rows = [i for i, t in enumerate(texts) if not t.isascii()]
-        parts = [self._count_ascii([texts[i] for i in ascii_rows], ascii_rows)]
+        ascii_texts = [texts[i] for i in ascii_rows]
+        if ascii_texts and self._scanning(sum(map(len, ascii_texts))):
+            parts = [self._count_joined(ascii_texts, ascii_rows)]
+        else:
+            parts = [self._count_ascii(ascii_texts, ascii_rows)]
         parts.extend(self._count_slow(texts[i], i) for i in other_rows)
         chunk = np.concatenate([p[0] for p in parts])
         term = np.concatenate([p[1] for p in parts])
         tf = np.concatenate([p[2] for p in parts])
         return _aggregate(chunk, term, tf, len(texts))
+
+    def count_spans(self, data: bytes, starts: I64, ends: I64) -> Triples:
+        """``count`` of the texts ``data[starts[i]:ends[i]]``, for ASCII ``data``."""
+        if not self._scanning(int((ends - starts).sum())):
+            texts = [
+                data[a:b].decode("ascii")
+                for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+            ]
+            return self.count(texts)
+        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
+            self._spill_run()
+        buf = np.frombuffer(data, dtype=np.uint8)
+        rows = np.arange(len(starts), dtype=np.int32)
+        starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+        return _aggregate(*self._count_scanned(buf, starts, ends, rows), len(starts))
+
+    def _scanning(self, chars: int) -> bool:
+        if self._scan is None:  # once begun, a document is scanned to its end
+            scanning = self._scanner is not None
+            return scanning or (chars >= SCAN_MIN_CHARS and wordscan.available())
+        return self._scan
+
+    def _forget_raw(self) -> None:
+        if self._scanner is not None:
+            self._scanner.forget_words()
+        self._raw_len = self._raw_len[:0]
+        self._raw_off = self._raw_off[:0]
+        self._raw_flat = self._raw_flat[:0]
+
+    def _count_joined(self, texts: list[str], rows: list[int]) -> tuple[U32, U32, U32]:
+        """``_count_ascii``'s counts, by the compiled scan of the texts joined."""
+        raw = "\n".join(texts).encode("ascii")
+        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        ends = np.cumsum(sizes + 1) - 1
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        return self._count_scanned(buf, ends - sizes, ends, np.asarray(rows, np.int32))
+
+    def _count_scanned(
+        self, buf: npt.NDArray[np.uint8], starts: I64, ends: I64, rows: npt.NDArray[np.int32]
+    ) -> tuple[U32, U32, U32]:
+        """Counts of the ASCII texts ``buf[starts[i]:ends[i]]`` (chunk ``rows[i]``) by the
+        compiled scan: only the raw words it had not seen before become Python strings."""
+        if self._scanner is None:
+            self._scanner = wordscan.Scanner(_SHORTER)
+        elif self._scanner.n_words > SCAN_WORDS:
+            self._forget_raw()
+        scanner = self._scanner
+        seen = scanner.n_words
+        found = scanner.scan(buf, starts, ends, rows)
+        if scanner.n_words > seen:
+            expand = self.analyzer.expand
+            fresh = self.ids_of(
+                [expand(scanner.word(w).decode("ascii")) for w in range(seen, scanner.n_words)]
+            )
+            lens = np.fromiter(map(len, fresh), dtype=np.int64, count=len(fresh))
+            flat = np.fromiter(
+                itertools.chain.from_iterable(fresh), np.uint32, count=int(lens.sum())
+            )
+            offsets = len(self._raw_flat) + np.cumsum(lens) - lens
+            self._raw_len = np.concatenate([self._raw_len, lens])
+            self._raw_off = np.concatenate([self._raw_off, offsets])
+            self._raw_flat = np.concatenate([self._raw_flat, flat])
+        numeric = found.num
+        assert self.numbers is not None
+        number_ids = self.numbers.ids(found.keys)
+        word = ~numeric
+        w_val, w_row, w_n = found.val[word], found.row[word], found.n[word]
+        rep = self._raw_len[w_val]
+        within = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
+        terms = self._raw_flat[np.repeat(self._raw_off[w_val], rep) + within]
+        return (
+            np.concatenate([np.repeat(w_row, rep), found.row[numeric]]).astype(np.uint32),
+            np.concatenate([terms, number_ids[found.val[numeric]]]),
+            np.concatenate([np.repeat(w_n, rep), found.n[numeric]]).astype(np.uint32),
+        )
 
     def _count_slow(self, text: str, row: int) -> tuple[U32, U32, U32]:
         """One chunk through ``Analyzer.counts`` (non-ASCII text)."""

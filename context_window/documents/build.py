@@ -18,7 +18,6 @@ Files besides those of ``index``::
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import hashlib
 import math
 import re
@@ -35,15 +34,25 @@ from context_window.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
 from context_window.documents.sandbox import decode_utf8, not_utf8
 from context_window.errors import InvalidInput
-from context_window.models import Chunk
+from context_window.segments import (
+    Part,
+    Plan,
+    byte_spans,
+    fix_mmap_threshold,
+    number_lines,
+    segments,
+)
 from context_window.storage import write_json_atomic
 from context_window.termcount import TermCounter
 
 Progress = Callable[[float, str], None]
-Spans = npt.NDArray[np.int64]  # rows of (start, end) byte offsets into source.txt
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
 BATCH_CHUNKS = 4096
-SEGMENT_CHARS = 8_000_000  # large headingless texts are chunked this much at a time
+SEGMENT_CHARS = 2_000_000  # large headingless texts are chunked this much at a time
+# From this many characters, segments are chunked in a child process (segments.py) while
+# this one counts their terms; below, starting one costs more than it saves.
+CHILD_MIN_CHARS = 16_000_000
+CHUNK_IN_CHILD = True
 # A text with headings or fences is chunked whole (its trails span the text), so it
 # is held in memory: it has a limit of its own, below that of files in general.
 MAX_STRUCTURED_CHARS = 256 * 1024 * 1024
@@ -155,16 +164,25 @@ def _finish(
     segments from source.txt, its length in characters."""
     progress(0.05, "chunking")
     text = texts.pop()
-    batches: Iterator[tuple[list[Chunk], Spans]]
+    parts: Iterator[Part]
     if isinstance(text, int):
         chars = text
-        batches = _segments(directory / "source.txt", chars, spec, progress)
+        plan = Plan(
+            directory / "source.txt",
+            chars,
+            spec.chunk_tokens,
+            spec.chunk_overlap,
+            spec.ratio,
+            spec.segment_chars,
+        )
+        fix_mmap_threshold()
+        parts = segments(plan, child=CHUNK_IN_CHILD and chars >= CHILD_MIN_CHARS)
     else:
         chars = len(text)
         chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
-        batches = iter([(number_lines(text, chunks), byte_spans(text, chunks))])
+        parts = iter([Part.of_chunks(text, number_lines(text, chunks), byte_spans(text, chunks))])
         del text, chunks
-    totals = _write_chunks(directory, batches, progress)
+    totals = _write_chunks(directory, parts, chars, progress)
     meta: dict[str, Any] = {
         "id": spec.doc_id,
         "title": spec.title,
@@ -241,144 +259,75 @@ def _decode(
         raise not_utf8(what, start, exc.object[exc.start : exc.start + 4]) from None
 
 
-def number_lines(text: str, chunks: list[Chunk], first_line: int = 1) -> list[Chunk]:
-    """``chunks`` of ``text`` (in start order) with the line number of each start filled in."""
-    out: list[Chunk] = []
-    line, pos = first_line, 0
-    for c in chunks:
-        line += text.count("\n", pos, c.start)
-        pos = c.start
-        out.append(dataclasses.replace(c, line=line))
-    return out
-
-
-def byte_spans(text: str, chunks: list[Chunk], first_byte: int = 0) -> Spans:
-    """Where each of ``chunks`` of ``text`` (in start order) lies in its UTF-8 bytes,
-    ``text`` beginning at byte ``first_byte``: rows of (start, end)."""
-    if text.isascii():  # a byte per character
-        rows = [(first_byte + c.start, first_byte + c.end) for c in chunks]
-    else:
-        rows = []
-        at, pos = first_byte, 0
-        for c in chunks:
-            at += len(text[pos : c.start].encode("utf-8"))
-            pos = c.start
-            rows.append((at, at + len(c.text.encode("utf-8"))))
-    return np.array(rows, dtype=np.int64).reshape(-1, 2)
-
-
 def _has_structure(text: str) -> bool:
     """Whether any line of ``text`` opens an ATX heading or a code fence."""
     return bool(_STRUCTURE.match(text) or _STRUCTURE_AFTER_NEWLINE.search(text))
 
 
-def _segments(
-    source: Path, chars: int, spec: BuildSpec, progress: Progress
-) -> Iterator[tuple[list[Chunk], Spans]]:
-    """Chunk a large text without headings or fences ``spec.segment_chars`` at a time.
-
-    Segments are read back from ``source.txt``, so only one segment's text and
-    chunks exist at once. Each segment but the last gives up its final chunk, and
-    the next segment starts where that chunk started, so the chunks come out as
-    from one call (overlap included). Cuts fall after a newline byte, which in
-    UTF-8 is always a character boundary.
-    """
-    index = base = 0
-    line = 1
-    with source.open("rb") as f:
-        size = f.seek(0, 2)
-        pos = 0
-        while pos < size:
-            f.seek(pos)
-            block = f.read(spec.segment_chars)
-            end = pos + len(block)
-            newline = block.rfind(b"\n") if end < size else -1
-            if newline >= 0:
-                block = block[: newline + 1]
-                end = pos + newline + 1
-            text = block.decode("utf-8")
-            del block
-            part = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
-            used = len(text)
-            if end < size and len(part) > 1:
-                used = part.pop().start
-                end = pos + len(text[:used].encode("utf-8"))
-            part = number_lines(text, part, line)
-            line += text.count("\n", 0, used)
-            spans = byte_spans(text, part, pos)
-            yield (
-                [
-                    dataclasses.replace(c, index=index + k, start=c.start + base, end=c.end + base)
-                    for k, c in enumerate(part)
-                ],
-                spans,
-            )
-            index += len(part)
-            base += used
-            pos = end
-            progress(0.05 + 0.85 * base / chars, f"indexed {base:,} of {chars:,} characters")
-
-
 def _write_chunks(
-    directory: Path, batches: Iterator[tuple[list[Chunk], Spans]], progress: Progress
+    directory: Path, parts: Iterator[Part], chars: int, progress: Progress
 ) -> dict[str, int]:
     """Write the chunk table and build the index, batch by batch (the texts stay in
     source.txt alone)."""
     index_dir = directory / "index"
     index_dir.mkdir()
-    table = _Growing(np.int64, 4)  # start, end, tokens, first line
-    heading_ids = _Growing(np.uint32, 1)
-    spans: list[Spans] = []
+    tables: list[npt.NDArray[np.int64]] = []  # start, end, tokens, first line
+    heading_ids: list[npt.NDArray[np.uint32]] = []
+    spans: list[npt.NDArray[np.int64]] = []
     trails: dict[str, int] = {}
     counter = TermCounter(numbers=True, spill=index_dir)  # its words, too, wait on disk
     builder = IndexBuilder(spill=index_dir)  # postings wait on disk, not in memory
     prev_end = 0
     tokens = 0.0  # each chunk's tokens pro rata to the characters its predecessor lacks
     done = 0
-    for chunks, where in batches:
-        spans.append(where)
-        total = len(chunks)
-        while chunks:
-            take, size = 0, 0
-            while take < len(chunks) and take < BATCH_CHUNKS and size < BATCH_CHARS:
-                size += len(chunks[take].text)
-                take += 1
-            batch = chunks[:take]
-            del chunks[:take]
-            for c in batch:
-                tokens += c.tokens * max(0, c.end - max(c.start, prev_end)) / len(c.text)
-                prev_end = max(prev_end, c.end)
-                table.append([c.start, c.end, c.tokens, c.line])
-                heading_ids.append([trails.setdefault(c.heading, len(trails))])
-            builder.add(counter.count([f"{c.text}\n{c.heading}" for c in batch]))
-            done += len(batch)
-            if total > BATCH_CHUNKS:
-                progress(0.05 + 0.85 * done / total, f"indexed {done:,} of {total:,} chunks")
+    for part in parts:
+        rows = part.rows
+        tables.append(rows)
+        spans.append(part.spans)
+        heads = part.heads if part.heads is not None else [""] * len(rows)
+        heading_ids.append(
+            np.fromiter((trails.setdefault(h, len(trails)) for h in heads), np.uint32, len(heads))
+        )
+        if len(rows):
+            # Summed in order, from the total so far, as one loop over the chunks would.
+            starts, ends = rows[:, 0], rows[:, 1]
+            before = np.maximum.accumulate(np.concatenate(([prev_end], ends)))[:-1]
+            new = np.maximum(0, ends - np.maximum(starts, before))
+            shares = rows[:, 2] * new / (ends - starts)
+            tokens = float(np.cumsum(np.concatenate(([tokens], shares)))[-1])
+            prev_end = max(prev_end, int(ends.max()))
+        scan = part.heads is None and part.data is not None and part.data.isascii()
+        sizes = np.cumsum(rows[:, 1] - rows[:, 0])
+        at = 0
+        while at < len(rows):
+            size_before = int(sizes[at - 1]) if at else 0
+            fits = int(np.searchsorted(sizes, size_before + BATCH_CHARS, side="right"))
+            end = min(len(rows), at + BATCH_CHUNKS, max(at + 1, fits))
+            if scan:
+                assert part.data is not None
+                where = part.spans[at:end] - part.first_byte
+                builder.add(counter.count_spans(part.data, where[:, 0], where[:, 1]))
+            else:
+                builder.add(counter.count(part.texts(at, end)))
+            done += end - at
+            at = end
+            last = int(rows[at - 1, 1])
+            progress(
+                0.05 + 0.85 * last / max(chars, 1), f"indexed {last:,} of {chars:,} characters"
+            )
     progress(0.92, "sorting the index")
     stats = builder.write(index_dir, counter)
-    np.save(index_dir / "spans.npy", np.concatenate(spans) if spans else np.zeros((0, 2), np.int64))
-    np.save(index_dir / "chunks.npy", table.array())
-    np.save(index_dir / "heading_ids.npy", heading_ids.array())
+    np.save(index_dir / "spans.npy", _joined(spans, 2, np.int64))
+    np.save(index_dir / "chunks.npy", _joined(tables, 4, np.int64))
+    np.save(index_dir / "heading_ids.npy", _joined(heading_ids, 0, np.uint32))
     write_json_atomic(index_dir / "headings.json", {"trails": list(trails)})
     return {"chunks": done, "tokens": math.ceil(tokens), "terms": int(stats["terms"])}
 
 
-class _Growing:
-    """Rows of numbers appended one by one into a numpy array that doubles as needed."""
-
-    def __init__(self, dtype: type[np.generic], width: int) -> None:
-        self._data = np.zeros((1024, width), dtype=dtype)
-        self._n = 0
-
-    def append(self, row: list[int]) -> None:
-        """Add one row."""
-        if self._n == len(self._data):
-            self._data = np.concatenate([self._data, np.zeros_like(self._data)])
-        self._data[self._n] = row
-        self._n += 1
-
-    def array(self) -> npt.NDArray[Any]:
-        """The rows so far (a 1-D array when the width is 1)."""
-        out: npt.NDArray[Any] = self._data[: self._n]
-        rows: npt.NDArray[Any] = out[:, 0].copy() if out.shape[1] == 1 else out.copy()
-        return rows
+def _joined(
+    arrays: list[npt.NDArray[Any]], width: int, dtype: type[np.generic]
+) -> npt.NDArray[Any]:
+    """``arrays`` end to end (rows of ``width``, or one column when 0); empty if none."""
+    if arrays:
+        return np.concatenate(arrays)
+    return np.zeros((0, width) if width else 0, dtype=dtype)

@@ -132,7 +132,9 @@ class IndexBuilder:
         del keys, ids
         df = np.zeros(n_terms, dtype=np.uint32)  # at most one posting per chunk
         for (term,) in self._blocks(1, keep=True):  # pass 1: the document frequencies
-            np.add.at(df, _ranks(term, word_rank, number_rank), 1)
+            df += np.bincount(_ranks(term, word_rank, number_rank), minlength=n_terms).astype(
+                np.uint32
+            )
         offsets = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(df, out=offsets[1:])
         average = average_idf(df, self.n_chunks)
@@ -258,7 +260,10 @@ class _Buckets:
         for path in self._paths:
             records = np.fromfile(path, dtype=_POSTING)
             path.unlink()
-            yield records[np.argsort(records["term"], kind="stable")]
+            # A (term, chunk) pair is held once, and chunks come in order: sorting by
+            # both at once is sorting by term stably, and numpy sorts one integer faster.
+            key = records["term"].astype(np.uint64) << np.uint64(32) | records["chunk"]
+            yield records[np.argsort(key)]
 
 
 def _write_postings(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from context_window import termcount
+from context_window import termcount, wordscan
 from context_window.documents import index as docindex
 from context_window.documents.index import (
     IN_MEMORY_BYTES,
@@ -31,6 +31,7 @@ from context_window.termcount import (
     NUMBER,
     NumberTable,
     TermCounter,
+    Triples,
     is_number_term,
     number_key,
     number_text,
@@ -75,9 +76,14 @@ def names_of(counter: TermCounter) -> dict[int, str]:
     return names
 
 
-@pytest.mark.parametrize("numbers", [False, True])
-def test_term_counts_equal_the_analyzer_on_every_text(numbers: bool) -> None:
-    counter = TermCounter(numbers=numbers)
+needs_numba = pytest.mark.skipif(not wordscan.available(), reason="numba is not installed")
+# (numbers kept apart, compiled scan): every way a counter can count
+COUNTERS = [(False, False), (True, False), pytest.param(True, True, marks=needs_numba)]
+
+
+@pytest.mark.parametrize(("numbers", "scan"), COUNTERS)
+def test_term_counts_equal_the_analyzer_on_every_text(numbers: bool, scan: bool) -> None:
+    counter = TermCounter(numbers=numbers, scan=scan)
     triples = counter.count(TEXTS)
     names = names_of(counter)
     if numbers:  # no number term among the words, and every one among the numbers
@@ -95,12 +101,14 @@ def test_term_counts_equal_the_analyzer_on_every_text(numbers: bool) -> None:
         assert triples.lengths[row] == sum(analyzer.counts(text).values())
 
 
-@pytest.mark.parametrize("numbers", [False, True])
+@pytest.mark.parametrize(("numbers", "scan"), COUNTERS)
 @pytest.mark.parametrize("system", ["HDFS", "Apache", "Linux"])
-def test_term_counts_equal_the_analyzer_on_real_logs(system: str, numbers: bool) -> None:
+def test_term_counts_equal_the_analyzer_on_real_logs(
+    system: str, numbers: bool, scan: bool
+) -> None:
     lines = (LOGHUB / system / f"{system}_2k.log").read_text().splitlines()
     texts = ["\n".join(lines[i : i + 40]) for i in range(0, len(lines), 40)]
-    counter = TermCounter(numbers=numbers)
+    counter = TermCounter(numbers=numbers, scan=scan)
     triples = counter.count(texts)
     names = names_of(counter)
     analyzer = Analyzer()
@@ -343,11 +351,67 @@ def test_numbers_are_found_in_the_index_by_key(tmp_path: Path) -> None:
     assert b"8080" not in (tmp_path / "index" / "terms.bin").read_bytes()
 
 
-def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
+def named(triples: Triples, counter: TermCounter) -> set[tuple[int, str, int]]:
+    names = names_of(counter)
+    rows = zip(triples.chunk.tolist(), triples.term.tolist(), triples.tf.tolist(), strict=True)
+    return {(c, names[t], n) for c, t, n in rows}
+
+
+@needs_numba
+def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Small limits, so the scan's table is emptied and the words spilled several times,
+    # and its arrays grow from their first size (one text of 40 KB grows them at once).
+    monkeypatch.setattr(termcount, "SCAN_WORDS", 150)
+    monkeypatch.setattr(termcount, "WORDS_PER_RUN", 400)
+    lines = [
+        line
+        for system in ("HDFS", "Linux", "Apache", "OpenSSH")
+        for line in (LOGHUB / system / f"{system}_2k.log").read_text().splitlines()
+    ]
+    texts = ["\n".join(lines[i : i + 7]) for i in range(0, len(lines), 7)]
+    texts[50:50] = [*TEXTS, " ".join(f"w{i} {i * 7919}" for i in range(5000))]
+    numpy_counter = TermCounter(numbers=True, spill=tmp_path / "n", scan=False)
+    scan_counter = TermCounter(numbers=True, spill=tmp_path / "s", scan=True)
+    for path in (tmp_path / "n", tmp_path / "s"):
+        path.mkdir()
+    for at in range(0, len(texts), 37):
+        batch = texts[at : at + 37]
+        a, b = numpy_counter.count(batch), scan_counter.count(batch)
+        assert named(a, numpy_counter) == named(b, scan_counter)
+        assert a.lengths.tolist() == b.lengths.tolist()
+    assert len(list((tmp_path / "s").glob(".words*.part"))) >= 3
+
+
+@needs_numba
+def test_a_document_built_with_the_compiled_scan_equals_one_built_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [
+        "\n".join(lines[i : i + 25])
+        for system in ("HDFS", "Zookeeper")
+        for lines in [(LOGHUB / system / f"{system}_2k.log").read_text().splitlines()]
+        for i in range(0, len(lines), 25)
+    ]
+    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 1 << 40)  # never
+    build(tmp_path / "numpy", texts, batch=40)
+    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 0)  # always
+    build(tmp_path / "scan", texts, batch=40)
+    files = sorted(p.name for p in (tmp_path / "numpy" / "index").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "scan" / "index").iterdir())
+    assert "numbers.npy" in files
+    for name in files:
+        a = (tmp_path / "numpy" / "index" / name).read_bytes()
+        assert a == (tmp_path / "scan" / "index" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("scan", [False, pytest.param(True, marks=needs_numba)])
+def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan: bool
+) -> None:
     monkeypatch.setattr(termcount, "WORDS_PER_RUN", 100)
-    counter = TermCounter(numbers=True, spill=tmp_path)
+    counter = TermCounter(numbers=True, spill=tmp_path, scan=scan)
     batches = [[f"alpha w{b}x{i} blk_{b}{i} 1{b}{i}" for i in range(30)] for b in range(20)]
     given: dict[int, str] = {}
     for batch in batches:
