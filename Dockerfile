@@ -42,6 +42,9 @@ RUN groupadd --system --gid 10001 ctx \
     && mkdir -p /data && chown ctx:ctx /data
 USER 10001:10001
 WORKDIR /home/ctx
+# Compile the word scan of large ingests once, here, into this user's cache, so a new
+# container does not spend its first large ingest's first seconds compiling.
+RUN python -c "from context_window import wordscan; assert wordscan.available()"
 VOLUME /data
 # Used only with --http; stdio needs no port.
 EXPOSE 3001

@@ -11,7 +11,6 @@ _jit = numba.njit(cache=True, nogil=True)
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
-_DIGITS = 19  # the longest number kept as a key (termcount.NUMBER_DIGITS)
 
 
 @_jit
@@ -32,6 +31,7 @@ def scan(
 
     ``words`` holds (distinct raw words, arena bytes used, texts seen); ``nums``
     (distinct numbers of this batch); ``out`` (pairs written)."""
+    most_digits = len(shorter) - 2  # shorter[n] is given for n up to the longest number
     w_mask = np.uint64(len(s_id) - 1)
     n_mask = np.uint64(len(n_slot) - 1)
     n_words, used, serial = words[0], words[1], words[2]
@@ -70,7 +70,7 @@ def scan(
                     value = value * np.uint64(10) + np.uint64(b - 48)
                 j += 1
             size = j - i
-            if digits and 2 <= size <= _DIGITS:
+            if digits and 2 <= size <= most_digits:
                 key = shorter[size] + value
                 s = _slot_of(key * _MIX, n_mask)
                 while True:

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from context_window import wordscan
 from context_window.textindex import Analyzer
+from context_window.wordscan import NUMBER_DIGITS
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
@@ -45,7 +46,6 @@ _WORD_BYTES.flags.writeable = False
 _KEEP_BYTES = np.array([(1 << (8 * v)) - 1 for v in range(9)], dtype=np.uint64)
 _KEEP_BYTES.flags.writeable = False
 NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
-NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
 # _SHORTER[n]: how many digit strings have fewer than n digits, so a string of n digits
 # with value v has the key _SHORTER[n] + v: one key per string, leading zeros kept, and
 # keys sorted by (length, value).
@@ -58,7 +58,7 @@ _WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
 # A batch of ASCII text at least this long is counted by the compiled scan (wordscan)
 # when numba is there; smaller ones are not worth its import and first compilation.
 SCAN_MIN_CHARS = 1 << 18
-SCAN_WORDS = 1 << 20  # the scan's table of raw words is emptied past this many
+SCAN_WORDS = WORDS_PER_RUN  # the scan's table of raw words is emptied past this many
 
 
 def is_number_term(term: str) -> bool:

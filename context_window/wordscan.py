@@ -17,10 +17,15 @@ second, and the first compilation on a machine a few seconds more (then cached).
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import platformdirs
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -29,30 +34,62 @@ U64 = npt.NDArray[np.uint64]
 
 # _CLASS[b]: 0 for a byte outside words, 1 for a digit, 2 for the other word bytes:
 # [A-Za-z0-9_$], what [\w$] matches in ASCII text.
+NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
 _CLASS = np.zeros(256, dtype=np.uint8)
 _CLASS[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$", np.uint8)] = 2
 _CLASS[np.frombuffer(b"0123456789", np.uint8)] = 1
 _CLASS.flags.writeable = False
 
 _kernels: Any = None
+_failed: list[str] = []  # why the kernels could not be had, once it is known
+_log = logging.getLogger(__name__)
 
 
 def available() -> bool:
-    """Whether numba can be imported (the kernels are compiled on first use)."""
-    try:
-        _load()
-    except ImportError:
-        return False
-    return True
+    """Whether the compiled scan can run here: numba imports, and the kernels compile
+    (the first time on a machine, a few seconds) or load from numba's cache."""
+    if _kernels is None and not _failed:
+        try:
+            _load()
+            Scanner(np.zeros(NUMBER_DIGITS + 2, dtype=np.uint64)).scan(
+                np.frombuffer(b"warm 42 up", dtype=np.uint8),
+                np.zeros(1, dtype=np.int64),
+                np.full(1, 10, dtype=np.int64),
+                np.zeros(1, dtype=np.int32),
+            )
+        except Exception as exc:  # numba missing, or broken: the numpy path counts the same
+            _failed.append(f"{type(exc).__name__}: {exc}")
+            _log.warning("counting words without the compiled scan: %s", _failed[0])
+    return not _failed
 
 
 def _load() -> Any:
     global _kernels
     if _kernels is None:
+        # numba caches compiled code beside the source, or refuses to compile when that
+        # folder is read-only (an image, a system install) and there is no home: it
+        # goes where this user can write instead, unless NUMBA_CACHE_DIR says where.
+        os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_dir()))
         from context_window import scankernels  # numba: only when needed
 
         _kernels = scankernels
     return _kernels
+
+
+def _cache_dir() -> Path:
+    """A folder this user can write for numba's cache: the user cache folder, else one
+    in the temporary folder."""
+    for folder in (
+        Path(platformdirs.user_cache_dir("context-window", appauthor=False)) / "numba",
+        Path(tempfile.gettempdir()) / f"context-window-numba-{getattr(os, 'getuid', str)()}",
+    ):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder
+    return Path(tempfile.mkdtemp(prefix="context-window-numba-"))
 
 
 class Pairs:

@@ -302,9 +302,26 @@ def test_the_image_builds_offline_and_serves_mcp_over_stdio() -> None:
             [*run, "python", "-c", PACKAGES], capture_output=True, text=True, check=True
         ).stdout.split()
         assert "pip" not in sizes and "numpy" in sizes  # the venv holds what runs, no pip
+        # The word scan was compiled into the image: using it compiles nothing again.
+        scan = subprocess.run(
+            [*run, "python", "-c", SCAN_CACHE], capture_output=True, text=True, check=True
+        )
+        before, after = scan.stdout.strip().splitlines()
+        assert ".nbi" in before and after == before
     finally:
         subprocess.run([*BUILDAH, "rm", container], capture_output=True)
         subprocess.run([*BUILDAH, "rmi", "--force", tag], capture_output=True)
 
 
+SCAN_CACHE = """
+import os
+from pathlib import Path
+cache = Path.home() / ".cache" / "context-window" / "numba"
+def files():
+    return sorted(f"{p.name}:{p.stat().st_mtime_ns}" for p in cache.rglob("*") if p.is_file())
+print(*files())
+from context_window import wordscan
+assert wordscan.available() and os.environ["NUMBA_CACHE_DIR"] == str(cache)
+print(*files())
+"""
 PACKAGES = "import importlib.metadata as m; print(*sorted(d.name for d in m.distributions()))"
