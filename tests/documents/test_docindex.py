@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+import context_window
 from context_window import termcount, wordscan
 from context_window.documents import index as docindex
 from context_window.documents.index import (
@@ -426,3 +429,25 @@ def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
     assert all(given[i] == w for w, i in merged)  # each id still names its word
     assert words.count("alpha") >= 5  # one id per run it was seen in
     assert list(tmp_path.iterdir()) == []  # the run files are gone
+
+
+def test_without_numba_the_numpy_path_counts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    monkeypatch.delitem(sys.modules, "context_window.scankernels", raising=False)
+    monkeypatch.delattr(context_window, "scankernels", raising=False)
+    monkeypatch.setattr(wordscan, "_kernels", None)
+    monkeypatch.setattr(wordscan, "_failed", [])
+    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 0)
+    with caplog.at_level(logging.WARNING, logger="context_window.wordscan"):
+        assert not wordscan.available()
+        counter = TermCounter(numbers=True)
+        triples = counter.count(TEXTS)
+    assert any("without the compiled scan" in r.getMessage() for r in caplog.records)
+    assert counter._scanner is None  # the numpy path counted them
+    names = names_of(counter)
+    for row, text in enumerate(TEXTS):
+        mask = triples.chunk == row
+        pairs = zip(triples.term[mask].tolist(), triples.tf[mask].tolist(), strict=True)
+        assert {names[t]: n for t, n in pairs} == Analyzer().counts(text)
