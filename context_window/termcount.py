@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +52,9 @@ NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
 # keys sorted by (length, value).
 _SHORTER = np.array([(10**n - 1) // 9 for n in range(NUMBER_DIGITS + 2)], dtype=np.uint64)
 _SHORTER.flags.writeable = False
+_SHORTER_INT: list[int] = _SHORTER.tolist()
 _RECENT_FLOOR = 65_536
+NUMBER_PIECE = 1 << 20  # keys in one piece of a NumberTable's large part (12 MB)
 WORDS_PER_RUN = 1 << 18  # a counter with a spill folder keeps at most about this many words
 _WORDS_PER_WRITE = 65_536
 _WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
@@ -68,7 +71,7 @@ def is_number_term(term: str) -> bool:
 
 def number_key(term: str) -> int:
     """The key of a number term (see ``is_number_term``)."""
-    return int(_SHORTER[len(term)]) + int(term)
+    return _SHORTER_INT[len(term)] + int(term)
 
 
 def number_text(key: int) -> str:
@@ -78,48 +81,88 @@ def number_text(key: int) -> str:
 
 
 class NumberTable:
-    """Ids of number terms by key, in sorted numpy arrays: a large sorted part and a
-    recent one merged into it once it holds a quarter as many, so that adding a
-    batch's new numbers costs work in proportion to the table only now and then."""
+    """Ids of number terms by key, in sorted numpy arrays: a recent part, merged once
+    it holds a quarter as many into the large part, so that adding a batch's new
+    numbers costs work in proportion to the table only now and then. The large part
+    is a run of sorted pieces of at most ``NUMBER_PIECE`` keys, merged one at a time:
+    a merge never copies more than a piece at once."""
 
     def __init__(self) -> None:
         self.size = 0
-        empty_keys, empty_ids = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-        self._parts = [(empty_keys, empty_ids), (empty_keys, empty_ids)]
+        self._pieces: list[tuple[U64, U32]] = []  # ascending, no key in two
+        self._recent = _empty_part()
 
     def ids(self, keys: U64) -> U32:
         """The ids of ``keys`` (numbering new ones), as term ids with the NUMBER bit."""
+        # Sorted, they are searched faster: numpy's binary search starts from the last hit.
         uniq, inverse = np.unique(keys, return_inverse=True)
         out = np.full(len(uniq), -1, dtype=np.int64)
-        for part_keys, part_ids in self._parts:
-            if len(part_keys):
-                at = np.minimum(np.searchsorted(part_keys, uniq), len(part_keys) - 1)
-                hit = part_keys[at] == uniq
-                out[hit] = part_ids[at[hit]]
-        new = out < 0
-        fresh = np.arange(self.size, self.size + int(new.sum()), dtype=np.uint32)
+        for (part_keys, part_ids), lo, hi in [(self._recent, 0, len(uniq)), *self._routes(uniq)]:
+            if len(part_keys) and hi > lo:
+                at = np.minimum(np.searchsorted(part_keys, uniq[lo:hi]), len(part_keys) - 1)
+                hit = np.flatnonzero(part_keys[at] == uniq[lo:hi])
+                out[lo + hit] = part_ids[at[hit]]
+        new = np.flatnonzero(out < 0)
+        fresh = np.arange(self.size, self.size + len(new), dtype=np.uint32)
         out[new] = fresh
         self.size += len(fresh)
-        (big, big_ids), recent = self._parts
-        recent = _merged(recent, (uniq[new], fresh))
-        if len(recent[0]) > max(_RECENT_FLOOR, len(big) // 4):
-            self._parts = [_merged((big, big_ids), recent), (recent[0][:0], recent[1][:0])]
-        else:
-            self._parts[1] = recent
+        self._recent = _merged(self._recent, (uniq[new], fresh))
+        held = sum(len(k) for k, _ in self._pieces)
+        if len(self._recent[0]) > max(_RECENT_FLOOR, held // 4):
+            self._fold()
         ids: U32 = out[inverse.ravel()].astype(np.uint32)
         ids |= np.uint32(NUMBER)
         return ids
 
-    def sorted(self) -> tuple[U64, U32]:
-        """Every key, ascending, and its id."""
-        return _merged(*self._parts)
+    def _routes(self, keys: U64) -> list[tuple[tuple[U64, U32], int, int]]:
+        """Each piece with the slice of the sorted ``keys`` that falls in its range."""
+        if not self._pieces:
+            return []
+        firsts = np.array([k[0] for k, _ in self._pieces[1:]], dtype=np.uint64)
+        bounds = [0, *np.searchsorted(keys, firsts).tolist(), len(keys)]
+        return [(piece, bounds[i], bounds[i + 1]) for i, piece in enumerate(self._pieces)]
 
-    def drain(self) -> tuple[U64, U32]:
-        """``sorted()``, leaving the table empty (its arrays freed)."""
-        out = self.sorted()
-        self._parts = [(out[0][:0], out[1][:0])] * 2
-        self.size = 0
-        return out
+    def _fold(self) -> None:
+        """Merge the recent part into the pieces, one piece at a time, each old piece
+        let go once merged: the table is never held twice."""
+        keys, ids = self._recent
+        self._recent = _empty_part()
+        routes = self._routes(keys) or [(_empty_part(), 0, len(keys))]
+        self._pieces = []
+        routes.reverse()
+        while routes:
+            piece, lo, hi = routes.pop()
+            merged = _merged(piece, (keys[lo:hi], ids[lo:hi])) if hi > lo else piece
+            del piece
+            if len(merged[0]) <= NUMBER_PIECE:
+                self._pieces.append(merged)
+                continue
+            for at in range(0, len(merged[0]), NUMBER_PIECE):  # copies: a view would keep all
+                cut = slice(at, at + NUMBER_PIECE)
+                self._pieces.append((merged[0][cut].copy(), merged[1][cut].copy()))
+        self._pieces = [p for p in self._pieces if len(p[0])]
+
+    def sorted(self) -> tuple[U64, U32]:
+        """Every key, ascending, and its id (the table is left as it is)."""
+        if not self._pieces:
+            return self._recent
+        whole = (
+            np.concatenate([k for k, _ in self._pieces]),
+            np.concatenate([i for _, i in self._pieces]),
+        )
+        return _merged(whole, self._recent)
+
+    def drain(self) -> Iterator[tuple[U64, U32]]:
+        """Every key, ascending, and its id, a piece at a time. The table is left empty
+        and lets go of each piece once it is given."""
+        self._fold()
+        pieces, self._pieces, self.size = self._pieces[::-1], [], 0
+        while pieces:
+            yield pieces.pop()
+
+
+def _empty_part() -> tuple[U64, U32]:
+    return np.zeros(0, np.uint64), np.zeros(0, np.uint32)
 
 
 def _merged(a: tuple[U64, U32], b: tuple[U64, U32]) -> tuple[U64, U32]:
@@ -162,10 +205,12 @@ class TermCounter:
             raise ValueError("the compiled scan keeps numbers apart: it needs numbers=True")
         self._scan = scan if numbers else False
         self._scanner: wordscan.Scanner | None = None
-        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w].
+        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w]
+        # in _raw_flat, of which _raw_used are given (the arrays grow by doubling).
         self._raw_len = np.zeros(0, dtype=np.int64)
         self._raw_off = np.zeros(0, dtype=np.int64)
         self._raw_flat = np.zeros(0, dtype=np.uint32)
+        self._raw_used = 0
 
     @property
     def word_ids(self) -> int:
@@ -177,11 +222,15 @@ class TermCounter:
         vocab, base = self.vocab, self._base
         if self.numbers is None:
             return [tuple(vocab.setdefault(t, base + len(vocab)) for t in ts) for ts in expansions]
-        numeric = {t for ts in expansions for t in ts if is_number_term(t)}
+        numeric = [  # is_number_term, inline: it is asked of every new term
+            t
+            for t in {t for ts in expansions for t in ts if t.isdigit()}
+            if 2 <= len(t) <= NUMBER_DIGITS and t.isascii()
+        ]
         known: dict[str, int] = {}
         if numeric:
-            found = self.numbers.ids(np.array([number_key(t) for t in numeric], np.uint64))
-            known = dict(zip(numeric, found.tolist(), strict=True))
+            keys = np.fromiter(map(number_key, numeric), np.uint64, count=len(numeric))
+            known = dict(zip(numeric, self.numbers.ids(keys).tolist(), strict=True))
         return [
             tuple(known[t] if t in known else vocab.setdefault(t, base + len(vocab)) for t in ts)
             for ts in expansions
@@ -264,12 +313,20 @@ class TermCounter:
             return scanning or (chars >= SCAN_MIN_CHARS and wordscan.available())
         return self._scan
 
+    def done_counting(self) -> None:
+        """Let go of what only counting needs (the scan's tables); the words and
+        numbers stay, for the index to be written."""
+        self._scanner = None
+        self._raw_len = np.zeros(0, dtype=np.int64)
+        self._raw_off = np.zeros(0, dtype=np.int64)
+        self._raw_flat = np.zeros(0, dtype=np.uint32)
+        self._raw_used = 0
+        self._memo.clear()
+
     def _forget_raw(self) -> None:
         if self._scanner is not None:
             self._scanner.forget_words()
-        self._raw_len = self._raw_len[:0]
-        self._raw_off = self._raw_off[:0]
-        self._raw_flat = self._raw_flat[:0]
+        self._raw_used = 0
 
     def _count_joined(self, texts: list[str], rows: list[int]) -> tuple[U32, U32, U32]:
         """``_count_ascii``'s counts, by the compiled scan of the texts joined."""
@@ -300,10 +357,14 @@ class TermCounter:
             flat = np.fromiter(
                 itertools.chain.from_iterable(fresh), np.uint32, count=int(lens.sum())
             )
-            offsets = len(self._raw_flat) + np.cumsum(lens) - lens
-            self._raw_len = np.concatenate([self._raw_len, lens])
-            self._raw_off = np.concatenate([self._raw_off, offsets])
-            self._raw_flat = np.concatenate([self._raw_flat, flat])
+            used = self._raw_used
+            self._raw_len = _with_room(self._raw_len, scanner.n_words)
+            self._raw_off = _with_room(self._raw_off, scanner.n_words)
+            self._raw_flat = _with_room(self._raw_flat, used + len(flat))
+            self._raw_len[seen : scanner.n_words] = lens
+            self._raw_off[seen : scanner.n_words] = used + np.cumsum(lens) - lens
+            self._raw_flat[used : used + len(flat)] = flat
+            self._raw_used = used + len(flat)
         numeric = found.num
         assert self.numbers is not None
         number_ids = self.numbers.ids(found.keys)
@@ -460,6 +521,15 @@ class TermCounter:
         for i, ids in zip(missed, found, strict=True):
             out[i] = memo[keys[i]] = ids
         return out  # type: ignore[return-value]
+
+
+def _with_room(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+    """``a``, or a copy at least twice as long, so that it holds ``size`` items."""
+    if len(a) >= size:
+        return a
+    out = np.empty(max(size, 2 * len(a)), dtype=a.dtype)
+    out[: len(a)] = a
+    return out
 
 
 def _run(path: Path) -> Iterator[tuple[str, int]]:

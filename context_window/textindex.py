@@ -150,7 +150,7 @@ def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> Fl
     return np.where(raw < 0, EPSILON * average_idf, raw)
 
 
-IDF_BLOCK = 1 << 20  # terms whose idf is taken at once (a log has millions of terms)
+IDF_BLOCK = 1 << 18  # terms whose idf is taken at once (a log has millions of terms)
 
 
 def average_idf(df: npt.NDArray[np.integer[Any]], n_docs: int) -> float:

@@ -21,6 +21,7 @@ import codecs
 import hashlib
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from context_window import wordscan
 from context_window.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
 from context_window.documents.sandbox import decode_utf8, not_utf8
@@ -176,7 +178,10 @@ def _finish(
             spec.segment_chars,
         )
         fix_mmap_threshold()
-        parts = segments(plan, child=CHUNK_IN_CHILD and chars >= CHILD_MIN_CHARS)
+        child = CHUNK_IN_CHILD and chars >= CHILD_MIN_CHARS
+        if child:  # numba loads (a quarter second) while the child starts and chunks
+            threading.Thread(target=wordscan.available, daemon=True).start()
+        parts = segments(plan, child=child)
     else:
         chars = len(text)
         chunks = chunk_text(text, spec.chunk_tokens, spec.chunk_overlap, spec.ratio)
@@ -316,6 +321,7 @@ def _write_chunks(
                 0.05 + 0.85 * last / max(chars, 1), f"indexed {last:,} of {chars:,} characters"
             )
     progress(0.92, "sorting the index")
+    counter.done_counting()
     stats = builder.write(index_dir, counter)
     np.save(index_dir / "spans.npy", _joined(spans, 2, np.int64))
     np.save(index_dir / "chunks.npy", _joined(tables, 4, np.int64))

@@ -44,6 +44,7 @@ import numpy.typing as npt
 from context_window.storage import write_json_atomic
 from context_window.termcount import (
     NUMBER,
+    NumberTable,
     TermCounter,
     Triples,
     is_number_term,
@@ -60,7 +61,7 @@ NUMBERS_SINCE = 4  # the first version with numbers.npy
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
 POSTINGS_PER_PASS = 1 << 20  # postings sorted into term order at a time (~30 MB of arrays)
-ROWS_PER_READ = 1 << 20  # spilled postings read back this many at a time
+ROWS_PER_READ = 1 << 18  # spilled postings read back this many at a time
 TERMS_PER_WRITE = 65_536
 _SPILLED = (".chunks.part", ".terms.part", ".tfs.part")  # IndexBuilder's spill files
 _POSTING = np.dtype([("term", "<u4"), ("chunk", "<u4"), ("tf", "<u4")])
@@ -124,24 +125,21 @@ class IndexBuilder:
         """
         directory.mkdir(parents=True, exist_ok=True)
         n_words, word_rank = _write_words(directory, counter)
-        keys, ids = counter.numbers.drain() if counter.numbers else (_NO_KEYS, _NO_IDS)
-        np.save(directory / "numbers.npy", keys)
-        number_rank = np.empty(len(keys), dtype=np.uint32)
-        number_rank[ids] = np.arange(n_words, n_words + len(keys), dtype=np.uint32)
-        n_terms = n_words + len(keys)
-        del keys, ids
+        number_rank = _write_numbers(directory, counter.numbers, n_words)
+        n_terms = n_words + len(number_rank)
         df = np.zeros(n_terms, dtype=np.uint32)  # at most one posting per chunk
         for (term,) in self._blocks(1, keep=True):  # pass 1: the document frequencies
-            df += np.bincount(_ranks(term, word_rank, number_rank), minlength=n_terms).astype(
-                np.uint32
-            )
+            # Not bincount: its array of every term, per block, would cost more at scale.
+            np.add.at(df, _ranks(term, word_rank, number_rank), 1)
         offsets = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(df, out=offsets[1:])
         average = average_idf(df, self.n_chunks)
-        del df
+        np.save(directory / "post_offsets.npy", offsets)
+        cuts, n_postings = _cuts(offsets), int(offsets[-1])
+        del df, offsets  # 12 bytes a term: not held through the passes to come
         # Pass 2: the postings are parted into buckets of terms, in chunk order.
         tf_max = 0
-        with _Buckets(self._spill, _cuts(offsets)) as buckets:
+        with _Buckets(self._spill, cuts) as buckets:
             for chunk, term, tf in self._blocks(0, 1, 2):
                 tf_max = max(tf_max, int(tf.max()))
                 buckets.hold(_ranks(term, word_rank, number_rank), chunk, tf)
@@ -149,7 +147,6 @@ class IndexBuilder:
             # Pass 3: each bucket sorted by term (stably: chunks stay ascending).
             tf_type = np.uint16 if tf_max <= 0xFFFF else np.uint32
             _write_postings(directory, buckets.sorted_parts(), self.n_postings, tf_type)
-        np.save(directory / "post_offsets.npy", offsets)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         np.save(directory / "doc_len.npy", lengths.astype(np.uint32))
         n = self.n_chunks
@@ -157,7 +154,7 @@ class IndexBuilder:
             "version": INDEX_VERSION,
             "chunks": n,
             "terms": n_terms,
-            "postings": int(offsets[-1]),
+            "postings": n_postings,
             "avgdl": float(lengths.sum()) / n if n else 0.0,
             "total_len": int(lengths.sum()),
             "average_idf": average,
@@ -166,33 +163,57 @@ class IndexBuilder:
         return stats
 
 
-_NO_KEYS = np.zeros(0, dtype=np.uint64)
-_NO_IDS = np.zeros(0, dtype=np.uint32)
+def _write_numbers(
+    directory: Path, numbers: NumberTable | None, n_words: int
+) -> npt.NDArray[np.uint32]:
+    """numbers.npy from the counter's number table (emptied a piece at a time); each
+    number id's rank, the numbers coming after the ``n_words`` words."""
+    size = numbers.size if numbers is not None else 0
+    rank = np.empty(size, dtype=np.uint32)
+    with (directory / "numbers.npy").open("wb") as f:
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint64))}
+        np.lib.format.write_array_header_1_0(
+            f, {**header, "fortran_order": False, "shape": (size,)}
+        )
+        done = 0
+        for keys, ids in numbers.drain() if numbers is not None else ():
+            f.write(keys.astype("<u8", copy=False).tobytes())
+            rank[ids] = np.arange(n_words + done, n_words + done + len(ids), dtype=np.uint32)
+            done += len(ids)
+    if done != size:
+        raise RuntimeError(f"the number table gave {done} numbers of {size}")
+    return rank
 
 
 def _write_words(directory: Path, counter: TermCounter) -> tuple[int, npt.NDArray[np.uint32]]:
     """terms.bin and term_offsets.npy from the counter's words (emptied); how many
     distinct words there are, and each word id's rank among them."""
     rank = np.empty(counter.word_ids, dtype=np.uint32)
-    lens: list[int] = []
+    lens: list[npt.NDArray[np.uint64]] = []  # the lengths of the words written, a slice each
+    written = 0
     encoded: list[bytes] = []
     last = None
+
+    def flush() -> None:
+        nonlocal written, encoded
+        lens.append(np.fromiter(map(len, encoded), np.uint64, count=len(encoded)))
+        f.write(b"".join(encoded))
+        written += len(encoded)
+        encoded = []
+
     with (directory / "terms.bin").open("wb") as f:  # written a slice at a time
         for word, i in counter.sorted_words():
             if word != last:
                 last = word
                 encoded.append(word.encode("utf-8"))
                 if len(encoded) == TERMS_PER_WRITE:
-                    lens.extend(map(len, encoded))
-                    f.write(b"".join(encoded))
-                    encoded = []
-            rank[i] = len(lens) + len(encoded) - 1
-        lens.extend(map(len, encoded))
-        f.write(b"".join(encoded))
-    offsets = np.zeros(len(lens) + 1, np.uint64)
-    np.cumsum(np.asarray(lens, dtype=np.uint64), out=offsets[1:])
+                    flush()
+            rank[i] = written + len(encoded) - 1
+        flush()
+    offsets = np.zeros(written + 1, np.uint64)
+    np.cumsum(np.concatenate(lens), out=offsets[1:])
     np.save(directory / "term_offsets.npy", offsets)
-    return len(lens), rank
+    return written, rank
 
 
 def _ranks(
@@ -214,7 +235,9 @@ def _cuts(offsets: npt.NDArray[np.int64]) -> list[int]:
     [cuts[k], cuts[k + 1]), and a term's postings are never split."""
     n, n_terms = int(offsets[-1]), len(offsets) - 1
     parts = max(1, -(-n // POSTINGS_PER_PASS))
-    inner = np.searchsorted(offsets, np.arange(1, parts) * (n / parts), side="right") - 1
+    # Integer bounds: float ones would make numpy copy every offset to float to compare.
+    bounds = np.arange(1, parts, dtype=np.int64) * n // parts
+    inner = np.searchsorted(offsets, bounds, side="right") - 1
     return sorted({0, n_terms, *(int(c) for c in inner if 0 < c < n_terms)})
 
 
@@ -223,7 +246,10 @@ class _Buckets:
     records, so that each range can be sorted alone."""
 
     def __init__(self, folder: Path, cuts: list[int]) -> None:
-        self._cuts = np.asarray(cuts, dtype=np.int64)
+        # The bucket of each term rank, looked up: faster than a search per posting.
+        self._bucket_of = np.repeat(
+            np.arange(max(0, len(cuts) - 1), dtype=np.uint16), np.diff(cuts)
+        )
         self._paths = [folder / f".bucket{k}.part" for k in range(max(0, len(cuts) - 1))]
         self._stack = contextlib.ExitStack()
         self._files = [self._stack.enter_context(path.open("wb")) for path in self._paths]
@@ -243,7 +269,7 @@ class _Buckets:
         tf: npt.NDArray[np.uint32],
     ) -> None:
         """Append one block of postings (in chunk order) to the buckets of their terms."""
-        part = (np.searchsorted(self._cuts, rank, side="right") - 1).astype(np.uint16)
+        part = self._bucket_of[rank]
         order = np.argsort(part, kind="stable")  # a radix sort, and it keeps the chunk order
         records = np.empty(len(rank), dtype=_POSTING)
         records["term"], records["chunk"], records["tf"] = rank[order], chunk[order], tf[order]
@@ -254,8 +280,9 @@ class _Buckets:
                 f.write(records[begin:end].tobytes())
             begin = end
 
-    def sorted_parts(self) -> Iterator[npt.NDArray[np.void]]:
-        """Each bucket's records in term order, chunks ascending within a term."""
+    def sorted_parts(self) -> Iterator[tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]]:
+        """Each bucket's postings in term order, chunks ascending within a term: their
+        chunks and their term frequencies."""
         self._stack.close()
         for path in self._paths:
             records = np.fromfile(path, dtype=_POSTING)
@@ -263,12 +290,14 @@ class _Buckets:
             # A (term, chunk) pair is held once, and chunks come in order: sorting by
             # both at once is sorting by term stably, and numpy sorts one integer faster.
             key = records["term"].astype(np.uint64) << np.uint64(32) | records["chunk"]
-            yield records[np.argsort(key)]
+            order = np.argsort(key)
+            del key
+            yield records["chunk"][order], records["tf"][order]
 
 
 def _write_postings(
     directory: Path,
-    parts: Iterator[npt.NDArray[np.void]],
+    parts: Iterator[tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]],
     n: int,
     tf_type: type[np.unsignedinteger[Any]],
 ) -> None:
@@ -281,9 +310,9 @@ def _write_postings(
         for f, dtype in zip((fc, ft), dtypes, strict=True):
             header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
             np.lib.format.write_array_header_1_0(f, {**header, "shape": (n,)})
-        for records in parts:
-            fc.write(records["chunk"].tobytes())
-            ft.write(records["tf"].astype(tf_type).tobytes())
+        for chunks, tfs in parts:
+            fc.write(chunks.tobytes())
+            ft.write(tfs.astype(tf_type).tobytes())
 
 
 Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]

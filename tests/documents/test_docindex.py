@@ -318,10 +318,12 @@ def test_number_keys_are_one_per_digit_string_in_length_then_value_order() -> No
     assert not is_number_term("\u0661\u0662") and not is_number_term("12a")  # ASCII digits only
 
 
+@pytest.mark.parametrize("piece", [1 << 20, 50])
 def test_number_table_numbers_each_key_once_across_batches_and_merges(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, piece: int
 ) -> None:
     monkeypatch.setattr(termcount, "_RECENT_FLOOR", 8)  # merge into the large part often
+    monkeypatch.setattr(termcount, "NUMBER_PIECE", piece)  # 50: in many pieces
     rng = np.random.default_rng(11)
     table, seen = NumberTable(), {}
     for _ in range(60):
@@ -333,6 +335,12 @@ def test_number_table_numbers_each_key_once_across_batches_and_merges(
     assert sorted(seen.values()) == list(range(len(seen))) and table.size == len(seen)
     keys, ids = table.sorted()
     assert keys.tolist() == sorted(seen) and ids.tolist() == [seen[k] for k in sorted(seen)]
+    pieces = list(table.drain())
+    assert (len(pieces) > 10) == (piece == 50)
+    assert all(len(k) <= piece for k, _ in pieces)
+    assert np.concatenate([k for k, _ in pieces]).tolist() == sorted(seen)
+    assert np.concatenate([i for _, i in pieces]).tolist() == [seen[k] for k in sorted(seen)]
+    assert table.size == 0 and table.sorted()[0].size == 0
 
 
 def test_numbers_are_found_in_the_index_by_key(tmp_path: Path) -> None:
@@ -401,12 +409,17 @@ def test_a_document_built_with_the_compiled_scan_equals_one_built_without(
     build(tmp_path / "numpy", texts, batch=40)
     monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 0)  # always
     build(tmp_path / "scan", texts, batch=40)
+    # And the numbers held in many small pieces, merged often: still the same index.
+    monkeypatch.setattr(termcount, "NUMBER_PIECE", 100)
+    monkeypatch.setattr(termcount, "_RECENT_FLOOR", 64)
+    build(tmp_path / "pieces", texts, batch=40)
     files = sorted(p.name for p in (tmp_path / "numpy" / "index").iterdir())
-    assert files == sorted(p.name for p in (tmp_path / "scan" / "index").iterdir())
     assert "numbers.npy" in files
-    for name in files:
-        a = (tmp_path / "numpy" / "index" / name).read_bytes()
-        assert a == (tmp_path / "scan" / "index" / name).read_bytes(), name
+    for other in ("scan", "pieces"):
+        assert files == sorted(p.name for p in (tmp_path / other / "index").iterdir())
+        for name in files:
+            a = (tmp_path / "numpy" / "index" / name).read_bytes()
+            assert a == (tmp_path / other / "index" / name).read_bytes(), (other, name)
 
 
 @pytest.mark.parametrize("scan", [False, pytest.param(True, marks=needs_numba)])
