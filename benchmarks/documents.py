@@ -105,8 +105,8 @@ def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, 
         "peak_rss_ingest_mb": rss_ingest,
         "peak_rss_mb": peak_rss_mb(),
         "chunker_peak_rss_mb": chunker_mb,  # 0: the text was chunked in this process
-        # Both peaks added: at most what the two processes held at one time.
-        "peak_rss_with_chunker_mb": round(peak_rss_mb() + chunker_mb, 1),
+        # Both peaks of the ingest added: at most what the two processes held at once.
+        "peak_rss_with_chunker_mb": round(rss_ingest + chunker_mb, 1),
         "rss_end_mb": current_rss_mb(),
         "disk_mb": disk_mb(data_dir / "documents" / doc.id),
         "index_disk_mb": disk_mb(data_dir / "documents" / doc.id / "index"),

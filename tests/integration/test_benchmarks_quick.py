@@ -98,6 +98,7 @@ TARGETED = {
     "engines.rebuild_over_ours",
     "documents.ingest_mb_s",
     "server.start_to_tools_list_s",
+    "documents.peak_rss_mb",
     "documents.peak_rss_with_chunker_mb",
     "documents.disk_over_source",
     "scale.open_ms",
@@ -139,6 +140,7 @@ def test_targets_are_judged_or_marked_not_applicable(quick: tuple[dict, str]) ->
     # quick mode runs below the targets' scale, so scale-bound targets are not judged
     statuses = {c["metric"]: c["status"] for c in doc["checks"]}
     assert statuses["session.recall_large.p50_ms"] == "n/a"
+    assert statuses["documents.peak_rss_mb"] == "n/a"
     assert statuses["documents.peak_rss_with_chunker_mb"] == "n/a"
 
 
