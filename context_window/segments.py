@@ -9,8 +9,10 @@ boundary.
 
 The child (``python -m context_window.segments``) reads the source itself and sends
 back only numbers: for each segment, where it lies and its chunks' rows and byte
-spans. Its stdout is a pipe of the parent's, never the MCP stream. When it cannot be
-started, or fails, the chunking runs in this process instead and gives the same rows.
+spans. Its stdout is a pipe to this process, never the MCP stream; its stderr a
+temporary file, read if it fails. When it cannot be started, or fails, or sends what
+does not follow on from the last segment, the rest is chunked in this process, from
+where the last good segment left off, into the same rows.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,7 @@ _log = logging.getLogger(__name__)
 # int64s before each segment's rows: its chunks, first and end byte, first character,
 # and where the next begins (byte, character, line)
 _HEADER = 7
+_HELLO = b"cw-seg1\n"  # the child's first bytes: a program that is not it is not trusted
 
 
 Resume = tuple[int, int, int]  # where the next segment begins: byte, character, line
@@ -144,31 +148,35 @@ def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
     child fail or be killed, the segments it had not sent are chunked here."""
     resume = _START
     if child:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "context_window.segments"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-            )
-        except OSError as exc:
-            _log.warning("chunking in this process: no child process (%s)", exc)
-        else:
-            for part in _from_child(proc, plan):
-                yield part
-                assert part.after is not None
-                resume = part.after
+        with tempfile.TemporaryFile() as errors:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "context_window.segments"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=errors,
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                )
+            except OSError as exc:
+                _log.warning("chunking in this process: no child process (%s)", exc)
+            else:
+                for part in _from_child(proc, plan, errors):
+                    yield part
+                    assert part.after is not None
+                    resume = part.after
     yield from _chunked(plan, resume)  # nothing, when the child chunked every segment
 
 
-def _from_child(proc: subprocess.Popen[bytes], plan: Plan) -> Iterator[Part]:
+def _from_child(proc: subprocess.Popen[bytes], plan: Plan, errors: IO[bytes]) -> Iterator[Part]:
     """The parts the child sends, each with its text read from the source here."""
     assert proc.stdin is not None and proc.stdout is not None
     done = False
     try:
         proc.stdin.write(json.dumps(_plan_json(plan)).encode() + b"\n")
         proc.stdin.close()
+        if proc.stdout.read(len(_HELLO)) != _HELLO:
+            raise ValueError("it did not start as the chunking process does")
+        expected = _START
         with plan.source.open("rb") as f:
             while len(header := _read_ints(proc.stdout, _HEADER)):
                 n, first_byte, end_byte, base, *after = header.tolist()
@@ -176,28 +184,30 @@ def _from_child(proc: subprocess.Popen[bytes], plan: Plan) -> Iterator[Part]:
                     _log.info("chunked %s in a child process: peak RSS %d kB", plan.source, base)
                     done = True
                     break
+                if (first_byte, base) != expected[:2] or not first_byte < after[0] <= end_byte:
+                    raise ValueError(f"segment at byte {first_byte} does not follow {expected}")
                 rows = _read_ints(proc.stdout, 4 * n).reshape(n, 4)
                 spans = _read_ints(proc.stdout, 2 * n).reshape(n, 2)
                 f.seek(first_byte)
                 data = f.read(end_byte - first_byte)
-                yield Part(rows, spans, None, base, first_byte, None, data, tuple(after))
+                expected = (after[0], after[1], after[2])
+                yield Part(rows, spans, None, base, first_byte, None, data, expected)
         done = done and proc.wait() == 0
-    except (OSError, ValueError) as exc:  # a broken pipe, a torn frame
+    except (OSError, ValueError) as exc:  # a broken pipe, a torn or stray frame
         _log.warning("the chunking process's output broke off: %s", exc)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        err = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        proc.stdout.close()
+        errors.seek(0)
+        err = errors.read()[-2000:].decode("utf-8", "replace").strip()
     if not done:
         _log.warning(
             "the chunking process ended (status %s) before the last segment; "
             "chunking the rest in this process. %s",
             proc.returncode,
-            err[-2000:],
+            err,
         )
 
 
@@ -259,6 +269,7 @@ def _child_main() -> int:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # nothing printed by mistake can reach the pipe
     fix_mmap_threshold()
+    out.write(_HELLO)
     fields = json.loads(sys.stdin.readline())
     plan = Plan(**{**fields, "source": Path(fields["source"])})
     for part in _chunked(plan):

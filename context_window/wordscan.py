@@ -9,7 +9,7 @@ terms: per chunk, each raw word seen (as an id into the table) or each number of
 
 The loops release the GIL. They never allocate: every array is passed in, and when
 a text might not fit the room left, the scan stops before it and says where, so the
-caller can grow the arrays (``ScanState.grow``) and go on from there.
+caller can grow the arrays (``Scanner`` does) and go on from there.
 
 numba is imported only when a large document is counted: it costs a fifth of a
 second, and the first compilation on a machine a few seconds more (then cached).
@@ -32,9 +32,9 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
+NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
 # _CLASS[b]: 0 for a byte outside words, 1 for a digit, 2 for the other word bytes:
 # [A-Za-z0-9_$], what [\w$] matches in ASCII text.
-NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
 _CLASS = np.zeros(256, dtype=np.uint8)
 _CLASS[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$", np.uint8)] = 2
 _CLASS[np.frombuffer(b"0123456789", np.uint8)] = 1
@@ -94,8 +94,8 @@ def _cache_dir() -> Path:
 
 class Pairs:
     """What one scan found: chunk ``row[i]`` holds raw word or number ``val[i]``
-    (``num[i]`` tells which) ``n[i]`` times; ``keys[k]`` is number k's key, and the
-    words numbered from ``first_new`` on are new (``new_words()``)."""
+    (``num[i]`` tells which) ``n[i]`` times; ``keys[k]`` is number k's key. The raw
+    words the table did not hold before are those numbered from its size before."""
 
     def __init__(self, row: I32, val: I64, num: npt.NDArray[np.bool_], n: I32, keys: U64) -> None:
         self.row, self.val, self.num, self.n, self.keys = row, val, num, n, keys

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
@@ -76,9 +77,9 @@ def test_a_killed_child_leaves_the_rest_to_this_process(
     children: list[subprocess.Popen[bytes]] = []
     real = segments_module._from_child
 
-    def watched(proc: subprocess.Popen[bytes], plan: Plan) -> Iterator[Part]:
+    def watched(proc: subprocess.Popen[bytes], plan: Plan, errors: IO[bytes]) -> Iterator[Part]:
         children.append(proc)
-        yield from real(proc, plan)
+        yield from real(proc, plan, errors)
 
     monkeypatch.setattr(segments_module, "_from_child", watched)
     got = []
@@ -121,3 +122,21 @@ def test_a_document_chunked_in_a_child_equals_one_chunked_here(
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert store.search("café 東京 02999", "child")[0].chunk.text.count("02999") == 1
+
+
+def test_a_program_that_is_not_the_chunker_is_not_trusted(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Say a frozen build's "python" is the server itself: it answers, but not in frames.
+    impostor = tmp_path / "impostor"
+    impostor.write_text(
+        "#!/bin/sh\ncat >/dev/null\nprintf 'not the chunker at all, only prose\\n'\n"
+    )
+    impostor.chmod(0o755)
+    plan = plan_of(source)
+    monkeypatch.setattr(sys, "executable", str(impostor))
+    with caplog.at_level(logging.WARNING, logger="context_window.segments"):
+        got = list(segments(plan, child=True))
+    monkeypatch.undo()
+    assert any("did not start as the chunking process" in r.getMessage() for r in caplog.records)
+    assert fields(got) == fields(list(segments(plan, child=False)))
