@@ -57,7 +57,7 @@ def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
 def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     line = "2026-12-03 10:00:00 INFO worker-7 processed batch 123456 in 42 ms from 10.0.0.1\n"
-    log.write_text(line * 400_000)  # ~33 MB: a few seconds of work here
+    log.write_text(line * 1_600_000)  # ~130 MB: a few seconds of work here
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
     started = time.monotonic()
