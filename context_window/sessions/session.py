@@ -200,13 +200,18 @@ class Session:
             records = self.journal.read_new()
             if self.journal.generation != self._generation:  # purged by some process
                 self._clear()
-            self._state.apply(records)
-        self._applied(len(records))
+            self._apply(records)
 
-    def _applied(self, n: int) -> None:
-        """Count records applied since the last snapshot (read or written by this
-        process alike); a snapshot is due once there are ``snapshot_after``."""
-        self._unsaved += n
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        """Append ``records`` to the journal, and apply them (the lock held)."""
+        self.journal.write(records)
+        self._apply(records)
+
+    def _apply(self, records: list[dict[str, Any]]) -> None:
+        """Apply ``records`` to the state, and count them toward the next snapshot (read
+        or written by this process alike): one is due once ``snapshot_after`` are."""
+        self._state.apply(records)
+        self._unsaved += len(records)
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
             self._due = True
 
@@ -352,9 +357,7 @@ class Session:
         with self.journal.locked():
             self._catch_up()
             record["seq"] = self._state.max_seq + 1
-            self.journal.write([record])
-            self._state.apply([record])
-            self._applied(1)
+            self._write([record])
         return self._entry(str(record["id"]))
 
     def update(
@@ -373,9 +376,7 @@ class Session:
             if entry_id not in self._state.records:
                 raise NotFound(f"no entry {entry_id!r} in session {self.id!r}", remedy=FIND_ENTRY)
             self._check_pins(entry_id, pinned, deleted)
-            self.journal.write([patch])
-            self._state.apply([patch])
-            self._applied(1)
+            self._write([patch])
         return self._entry(entry_id)
 
     def _check_pins(self, entry_id: str, pinned: bool | None, deleted: bool | None) -> None:
@@ -476,9 +477,7 @@ class Session:
                         remedy=RETRY,
                     )
             record["seq"] = self._state.max_seq + 1
-            self.journal.write([record])
-            self._state.apply([record])
-            self._applied(1)
+            self._write([record])
         return self._entry(str(record["id"]))
 
     def uncompact(self, compaction_id: str) -> list[Entry]:
@@ -504,9 +503,7 @@ class Session:
                     compaction_id=outer[0],
                 )
             patch = {"kind": "patch", "id": compaction_id, "deleted": True, "uncompacted": True}
-            self.journal.write([patch])
-            self._state.apply([patch])
-            self._applied(1)
+            self._write([patch])
             now = self.clock()
             restored = [
                 self._entry(eid, now) for eid in rec["replaces"] if eid in self._state.records
@@ -662,8 +659,7 @@ class Session:
                 self.journal.rewrite(kept)
                 snapshot.remove(self.dir)  # it reflects the journal before the rewrite
                 self._clear()
-                self._state.apply(kept)  # what was written, without reading it back
-                self._applied(len(kept))
+                self._apply(kept)  # what was written, without reading it back
                 self._catch_up()
         return result
 
