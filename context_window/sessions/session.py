@@ -267,9 +267,8 @@ class Session:
         self.refresh()
         now = self.clock()
         state = self._state
-        deleted, superseded = state.flags["deleted"], state.flags["superseded"]
-        live = [i for i in sorted(state.pinned_at) if not (deleted[i] or superseded[i])]
-        pins = self._time_ordered_at(np.array(live, dtype=np.intp)).tolist()
+        pinned = np.array(sorted(state.pinned_at), dtype=np.intp)
+        pins = self._time_ordered_at(pinned[state.masks(now, pinned).live]).tolist()
         latest_ones = self._latest(latest, now).tolist()
         return (
             [self._entry(state.order[i], now) for i in pins],
@@ -300,7 +299,7 @@ class Session:
         size = max(64, 4 * last)
         while last > 0:
             a = max(0, n - size)
-            m = state.masks(now, a)
+            m = state.masks(now, slice(a, None))
             positions = np.flatnonzero(m.live & ~m.pinned) + a
             block = seqs[positions]
             if len(positions) > last:  # every position tied with the last-th latest stays

@@ -240,6 +240,9 @@ class Masks:
         return ~(self.deleted | self.superseded | self.expired)
 
 
+_EVERY = slice(None)
+
+
 class SessionState:
     """Entries replayed from journal records, with the arrays and index recall needs."""
 
@@ -472,11 +475,11 @@ class SessionState:
         """Whether a record is past its expiry at ``now`` (pinned entries never are)."""
         return rec.expires_at is not None and rec.expires_at <= now and not rec.pinned
 
-    def masks(self, now: float, start: int = 0) -> Masks:
-        """The flags of every position from ``start`` on as arrays, with expiry at ``now``
-        (as :meth:`expired`)."""
-        flag = {k: np.frombuffer(v, dtype=np.bool_)[start:].copy() for k, v in self.flags.items()}
-        due = np.frombuffer(self.expires, dtype=np.float64)[start:] <= now
+    def masks(self, now: float, at: slice | npt.NDArray[np.intp] = _EVERY) -> Masks:
+        """The flags of the positions ``at`` (all of them, a slice of them, or an array)
+        as arrays, with expiry at ``now`` (as :meth:`expired`)."""
+        flag = {k: np.frombuffer(v, dtype=np.bool_)[at].copy() for k, v in self.flags.items()}
+        due = np.frombuffer(self.expires, dtype=np.float64)[at] <= now
         return Masks(flag["pinned"], flag["deleted"], flag["superseded"], due & ~flag["pinned"])
 
     def live_replacers(self, eid: str) -> list[str]:
