@@ -205,12 +205,7 @@ class TermCounter:
             raise ValueError("the compiled scan keeps numbers apart: it needs numbers=True")
         self._scan = scan if numbers else False
         self._scanner: wordscan.Scanner | None = None
-        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w]
-        # in _raw_flat, of which _raw_used are given (the arrays grow by doubling).
-        self._raw_len = np.zeros(0, dtype=np.int64)
-        self._raw_off = np.zeros(0, dtype=np.int64)
-        self._raw_flat = np.zeros(0, dtype=np.uint32)
-        self._raw_used = 0
+        self._no_raw()
 
     @property
     def word_ids(self) -> int:
@@ -235,6 +230,12 @@ class TermCounter:
             tuple(known[t] if t in known else vocab.setdefault(t, base + len(vocab)) for t in ts)
             for ts in expansions
         ]
+
+    def _spill_if_full(self) -> None:
+        """Spill the words once a run's worth are held: between batches, so that a
+        chunk's words all have one id each."""
+        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
+            self._spill_run()
 
     def _spill_run(self) -> None:
         """Move the words to a sorted run file beside their ids, and start afresh: the
@@ -277,8 +278,7 @@ class TermCounter:
 
     def count(self, texts: Sequence[str]) -> Triples:
         """Term counts of each text, as triples sorted by (chunk, term id)."""
-        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
-            self._spill_run()  # between batches: a chunk's words all have one id each
+        self._spill_if_full()
         ascii_rows = [i for i, t in enumerate(texts) if t.isascii()]
         other_rows = [i for i, t in enumerate(texts) if not t.isascii()]
         ascii_texts = [texts[i] for i in ascii_rows]
@@ -300,8 +300,7 @@ class TermCounter:
                 for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
             ]
             return self.count(texts)
-        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
-            self._spill_run()
+        self._spill_if_full()
         buf = np.frombuffer(data, dtype=np.uint8)
         rows = np.arange(len(starts), dtype=np.int32)
         starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)
@@ -317,11 +316,16 @@ class TermCounter:
         """Let go of what only counting needs (the scan's tables); the words and
         numbers stay, for the index to be written."""
         self._scanner = None
+        self._no_raw()
+        self._memo.clear()
+
+    def _no_raw(self) -> None:
+        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w]
+        # in _raw_flat, of which _raw_used are given (the arrays grow by doubling).
         self._raw_len = np.zeros(0, dtype=np.int64)
         self._raw_off = np.zeros(0, dtype=np.int64)
         self._raw_flat = np.zeros(0, dtype=np.uint32)
         self._raw_used = 0
-        self._memo.clear()
 
     def _forget_raw(self) -> None:
         if self._scanner is not None:
@@ -371,8 +375,7 @@ class TermCounter:
         word = ~numeric
         w_val, w_row, w_n = found.val[word], found.row[word], found.n[word]
         rep = self._raw_len[w_val]
-        within = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
-        terms = self._raw_flat[np.repeat(self._raw_off[w_val], rep) + within]
+        terms = self._raw_flat[_run_positions(self._raw_off[w_val], rep)]
         return (
             np.concatenate([np.repeat(w_row, rep), found.row[numeric]]).astype(np.uint32),
             np.concatenate([terms, number_ids[found.val[numeric]]]),
@@ -467,8 +470,7 @@ class TermCounter:
         exp_len, flat = self._expand_rows(reps)
         exp_off = np.cumsum(exp_len) - exp_len
         rep = exp_len[pair_raw]
-        within = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
-        terms = flat[np.repeat(exp_off[pair_raw], rep) + within]
+        terms = flat[_run_positions(exp_off[pair_raw], rep)]
         return np.repeat(pair_chunk, rep), terms, np.repeat(counts, rep)
 
     def _expand_rows(self, reps: U64) -> tuple[I64, U32]:
@@ -496,12 +498,8 @@ class TermCounter:
         numeric = np.flatnonzero(length >= 2)
         flat[starts[numeric]] = self.numbers.ids(keys[numeric])
         other = other[exp_len[other] > 0]
-        within = np.arange(int(exp_len[other].sum())) - np.repeat(
-            np.cumsum(exp_len[other]) - exp_len[other], exp_len[other]
-        )
-        flat[np.repeat(starts[other], exp_len[other]) + within] = np.fromiter(
-            itertools.chain.from_iterable(expansions), np.uint32, count=len(within)
-        )
+        at = _run_positions(starts[other], exp_len[other])
+        flat[at] = np.fromiter(itertools.chain.from_iterable(expansions), np.uint32, count=len(at))
         return exp_len, flat
 
     def _expand_words(self, reps: npt.NDArray[np.uint64]) -> list[tuple[int, ...]]:
@@ -523,13 +521,16 @@ class TermCounter:
         return out  # type: ignore[return-value]
 
 
+def _run_positions(starts: I64, lens: I64) -> I64:
+    """The positions ``starts[i]`` to ``starts[i] + lens[i] - 1`` for each i, end to end."""
+    within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    positions: I64 = np.repeat(starts, lens) + within
+    return positions
+
+
 def _with_room(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
     """``a``, or a copy at least twice as long, so that it holds ``size`` items."""
-    if len(a) >= size:
-        return a
-    out = np.empty(max(size, 2 * len(a)), dtype=a.dtype)
-    out[: len(a)] = a
-    return out
+    return a if len(a) >= size else wordscan.resized(a, max(size, 2 * len(a)))
 
 
 def _run(path: Path) -> Iterator[tuple[str, int]]:

@@ -186,9 +186,9 @@ class Scanner:
         if n_words + most > len(self._w_start):
             cap = _power_of_two(n_words + most)
             for name in ("_w_hash", "_w_start", "_w_len", "_w_last", "_w_pair"):
-                setattr(self, name, _resized(getattr(self, name), cap))
+                setattr(self, name, resized(getattr(self, name), cap))
         if used + size > len(self._arena):
-            self._arena = _resized(self._arena, _power_of_two(used + size))
+            self._arena = resized(self._arena, _power_of_two(used + size))
         n_nums = int(self._nums[0])
         if 2 * (n_nums + most) > len(self._n_slot):
             self._n_slot = np.full(_power_of_two(2 * (n_nums + most)), -1, dtype=np.int32)
@@ -196,14 +196,15 @@ class Scanner:
         if n_nums + most > len(self._n_key):
             cap = _power_of_two(n_nums + most)
             for name in ("_n_key", "_n_last", "_n_pair"):
-                setattr(self, name, _resized(getattr(self, name), cap))
+                setattr(self, name, resized(getattr(self, name), cap))
 
 
 def _power_of_two(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _resized(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+def resized(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+    """A copy of ``a``, ``size`` long (at least ``len(a)``), zero past its items."""
     out = np.zeros(size, dtype=a.dtype)
     out[: len(a)] = a
     return out
