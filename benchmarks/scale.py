@@ -124,13 +124,10 @@ def bench_big_session_calls(data_dir: Path, entries: int, calls: int) -> dict[st
         out[f"open_{size}"] = summary_ms(  # what context_open does: resume, pins, latest
             time_calls(lambda _, sid=sid: _opened(service, sid), range(calls))
         )
-    small, large = out["append_1000"]["p50_ms"], out[f"append_{entries}"]["p50_ms"]
-    out["append_ratio"] = round(large / small, 2) if small else float("nan")
-    small, large = out["status_1000"]["p50_ms"], out[f"status_{entries}"]["p50_ms"]
-    out["status_ratio"] = round(large / small, 2) if small else float("nan")
-    small, large = out["open_1000"]["p50_ms"], out[f"open_{entries}"]["p50_ms"]
-    out["open_ratio"] = round(large / small, 2) if small else float("nan")
-    out["open_ms"] = large
+    for call in ("append", "status", "open"):
+        small, large = out[f"{call}_1000"]["p50_ms"], out[f"{call}_{entries}"]["p50_ms"]
+        out[f"{call}_ratio"] = round(large / small, 2) if small else float("nan")
+    out["open_ms"] = out[f"open_{entries}"]["p50_ms"]
     return out
 
 

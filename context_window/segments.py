@@ -67,11 +67,11 @@ class Part:
     after: Resume | None = None  # of a segment: where the next one begins
 
     @classmethod
-    def of_chunks(cls, text: str, chunks: list[Chunk], spans: I64, base: int = 0) -> Part:
-        """The part for ``chunks`` of ``text`` (lines numbered)."""
+    def of_chunks(cls, text: str, chunks: list[Chunk], spans: I64) -> Part:
+        """The part for ``chunks`` of the whole ``text`` (lines numbered)."""
         rows = np.array([(c.start, c.end, c.tokens, c.line) for c in chunks], dtype=np.int64)
         heads = [c.heading for c in chunks]
-        return cls(rows.reshape(-1, 4), spans, text, base, heads=heads if any(heads) else None)
+        return cls(rows.reshape(-1, 4), spans, text, heads=heads if any(heads) else None)
 
     @functools.cached_property
     def text(self) -> str:
