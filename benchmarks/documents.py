@@ -61,8 +61,8 @@ class _ChunkerPeak(logging.Handler):
         self.kb: list[int] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "peak RSS" in record.msg:
-            self.kb.append(int(record.args[-1]))  # type: ignore[index]
+        if hasattr(record, "peak_kb"):
+            self.kb.append(int(record.peak_kb))
 
 
 def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, Any]:

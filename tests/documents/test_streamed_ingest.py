@@ -143,7 +143,8 @@ chunker = []  # the chunking process's peak, which it reports in a log record
 
 class Peak(logging.Handler):
     def emit(self, record):
-        chunker.append(record.args[-1])
+        if hasattr(record, "peak_kb"):
+            chunker.append(record.peak_kb)
 
 logging.getLogger("context_window.segments").addHandler(Peak())
 logging.getLogger("context_window.segments").setLevel(logging.INFO)
