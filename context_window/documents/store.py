@@ -625,6 +625,7 @@ class DocumentStore:
         self, terms: list[str], doc_id: str | None, limit: int
     ) -> tuple[list[Hit], dict[str, Tables]]:
         """The best chunks for analysed ``terms``, and the tables of the documents searched."""
+        _check_limit(limit)
         docs, tables, ranked = self._ranked(terms, doc_id, limit)
         hits = self._hits(docs, tables, ranked, doc_id is None)
         return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
@@ -632,8 +633,8 @@ class DocumentStore:
     def _ranked(
         self, terms: list[str], doc_id: str | None, limit: int
     ) -> tuple[list[DocInfo], list[Tables], Ranked]:
-        """The documents searched, their tables, and their ``limit`` best chunks ranked."""
-        _check_limit(limit)
+        """The documents searched, their tables, and their ``limit`` best chunks ranked
+        (the caller has checked the limit it was given)."""
         docs = [self.get(doc_id)] if doc_id is not None else self._searchable()
         tables = [self.tables(d) for d in docs]
         return docs, tables, ranked_chunks(self._corpus(tables), terms, limit)
