@@ -17,10 +17,11 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY context_window ./context_window
-# The package and every dependency in a venv; the runtime stage copies only the venv,
-# without pip and setuptools (about 23 MB nothing at run time uses).
+# The package, its fast extra (numba: the compiled scan of large ingests) and every
+# dependency in a venv; the runtime stage copies only the venv, without pip and
+# setuptools (about 23 MB nothing at run time uses).
 RUN python -m venv /opt/context-window \
-    && /opt/context-window/bin/pip install --no-cache-dir --disable-pip-version-check . \
+    && /opt/context-window/bin/pip install --no-cache-dir --disable-pip-version-check '.[fast]' \
     && /opt/context-window/bin/python -m pip uninstall --yes --quiet pip setuptools
 
 FROM python:3.11-slim
@@ -44,7 +45,7 @@ USER 10001:10001
 WORKDIR /home/ctx
 # Compile the word scan of large ingests once, here, into this user's cache, so a new
 # container does not spend its first large ingest's first seconds compiling.
-RUN python -c "from context_window import wordscan; assert wordscan.available()"
+RUN python -c "from context_window.retrieval import wordscan; assert wordscan.available()"
 VOLUME /data
 # Used only with --http; stdio needs no port.
 EXPOSE 3001

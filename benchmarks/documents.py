@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import current_rss_mb, disk_mb, peak_rss_mb, summary_ms
+from context_window.cli.main import tune_process
 from context_window.config import Settings
+from context_window.retrieval import wordscan
 from context_window.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +75,7 @@ def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, 
     _, store = open_store(data_dir, [corpus.parent])
     base_rss = peak_rss_mb()
     chunker = _ChunkerPeak()
-    segments_log = logging.getLogger("context_window.segments")
+    segments_log = logging.getLogger("context_window.documents.segments")
     segments_log.addHandler(chunker)
     segments_log.setLevel(logging.INFO)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -111,6 +114,7 @@ def phase_ingest(data_dir: Path, corpus: Path, queries: list[str]) -> dict[str, 
         "disk_mb": disk_mb(data_dir / "documents" / doc.id),
         "index_disk_mb": disk_mb(data_dir / "documents" / doc.id / "index"),
         "disk_over_source": round(_bytes_under(data_dir / "documents" / doc.id) / size, 3),
+        "compiled_scan": wordscan.available(),
     }
 
 
@@ -144,8 +148,10 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
 
 
-def _run_phase(phase: str, data_dir: Path, corpus: Path, queries_file: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "benchmarks.documents", phase]
+def _run_phase(
+    phase: str, data_dir: Path, corpus: Path, queries_file: Path, *extra: str
+) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.documents", phase, *extra]
     cmd += ["--data-dir", str(data_dir), "--corpus", str(corpus), "--queries", str(queries_file)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
     if proc.returncode != 0:
@@ -160,7 +166,11 @@ def bench_documents(workdir: Path, corpus: Path, queries: list[str]) -> dict[str
     queries_file.write_text(json.dumps(queries), encoding="utf-8")
     ingest = _run_phase("ingest", data_dir, corpus, queries_file)
     restart = _run_phase("restart", data_dir, corpus, queries_file)
-    return {"data_dir": str(data_dir), "ingest": ingest, "restart": restart}
+    out = {"data_dir": str(data_dir), "ingest": ingest, "restart": restart}
+    if ingest.get("compiled_scan"):  # the fast extra is installed: the base path beside it
+        shutil.rmtree(data_dir)
+        out["ingest_numpy"] = _run_phase("ingest", data_dir, corpus, queries_file, "--no-numba")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, required=True)
     p.add_argument("--corpus", type=Path, required=True)
     p.add_argument("--queries", type=Path, required=True)
+    p.add_argument("--no-numba", action="store_true", help="as a base install: numba unimportable")
     ns = p.parse_args(argv)
+    if ns.no_numba:
+        sys.modules["numba"] = None  # type: ignore[assignment]
+    tune_process()
     queries = json.loads(ns.queries.read_text(encoding="utf-8"))
     fn = phase_ingest if ns.phase == "ingest" else phase_restart
     out = fn(ns.data_dir, ns.corpus.resolve(), queries)

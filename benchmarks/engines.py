@@ -43,7 +43,8 @@ from rank_bm25 import BM25Okapi
 
 from benchmarks.measure import summary_ms
 from context_window.documents.tables import Tables
-from context_window.textindex import EPSILON, K1, Analyzer, B
+from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.bm25 import EPSILON, K1, B
 
 TOP = 10
 

@@ -17,10 +17,10 @@ from typing import Any
 import anyio
 
 from context_window.config import Settings
-from context_window.facts import extract
+from context_window.llm.summaries import extractive, split_sentences
 from context_window.service import Service
+from context_window.sessions.facts import extract
 from context_window.sessions.session import MAX_TEXT_CHARS
-from context_window.summarize import extractive, split_sentences
 from context_window.tokens import TokenCounter
 
 # name -> the repeated unit of a crafted note

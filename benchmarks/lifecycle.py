@@ -22,8 +22,8 @@ from benchmarks.corpus import session_texts
 from benchmarks.measure import stopwatch
 from benchmarks.sessions import write_session
 from context_window.config import Settings
-from context_window.facts import lost_facts
 from context_window.service import Service
+from context_window.sessions.facts import lost_facts
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 

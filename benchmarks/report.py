@@ -33,6 +33,9 @@ METRIC_KEYS: tuple[str, ...] = (
     "documents.chunker_peak_rss_mb",
     "documents.peak_rss_with_chunker_mb",
     "documents.disk_over_source",
+    "documents.numpy.ingest_mb_s",
+    "documents.numpy.peak_rss_with_chunker_mb",
+    "documents.fast_over_numpy",
     "documents.restart.peak_rss_mb",
     "server.start_to_tools_list_s",
     "server.over_one_tool_server",
@@ -157,6 +160,7 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "documents.chunker_peak_rss_mb": docs["ingest"]["chunker_peak_rss_mb"],
         "documents.peak_rss_with_chunker_mb": docs["ingest"]["peak_rss_with_chunker_mb"],
         "documents.disk_over_source": docs["ingest"]["disk_over_source"],
+        **_numpy_rows(docs),
         "documents.restart.peak_rss_mb": docs["restart"]["peak_rss_mb"],
         "server.start_to_tools_list_s": d["server"]["median_s"],
         "server.over_one_tool_server": d["server"]["over_one_tool"],
@@ -208,7 +212,7 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
     for tier in ("small", "medium", "large"):
         m[f"session.recall_{tier}.p50_ms"] = s[f"recall_{tier}"]["p50_ms"]
         m[f"session.recall_{tier}.p99_ms"] = s[f"recall_{tier}"]["p99_ms"]
-    return {k: m[k] for k in METRIC_KEYS}
+    return {k: m[k] for k in METRIC_KEYS if k in m}  # numpy rows: only beside numba
 
 
 def checks(metrics: dict[str, float], details: dict[str, Any]) -> list[dict[str, Any]]:
@@ -222,6 +226,18 @@ def checks(metrics: dict[str, float], details: dict[str, Any]) -> list[dict[str,
         }
         for t in TARGETS
     ]
+
+
+def _numpy_rows(docs: dict[str, Any]) -> dict[str, float]:
+    """The same ingest without numba (the base install), run beside the fast one."""
+    base = docs.get("ingest_numpy")
+    if base is None:
+        return {}
+    return {
+        "documents.numpy.ingest_mb_s": base["ingest_mb_s"],
+        "documents.numpy.peak_rss_with_chunker_mb": base["peak_rss_with_chunker_mb"],
+        "documents.fast_over_numpy": round(docs["ingest"]["ingest_mb_s"] / base["ingest_mb_s"], 2),
+    }
 
 
 def _labels(d: dict[str, Any]) -> dict[str, str]:
@@ -246,6 +262,9 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "documents.chunker_peak_rss_mb": "peak RSS, the child process chunking the log",
         "documents.peak_rss_with_chunker_mb": "ingest: its peak RSS and the chunker's, added",
         "documents.disk_over_source": "a document on disk / its source (source + index)",
+        "documents.numpy.ingest_mb_s": "doc_ingest throughput without numba (base install)",
+        "documents.numpy.peak_rss_with_chunker_mb": "that ingest's peak RSS, with the chunker's",
+        "documents.fast_over_numpy": "ingest speed with the fast extra / without",
         "documents.restart.peak_rss_mb": "peak RSS, restarted process + search",
         "server.start_to_tools_list_s": "spawn to first tools/list answer (stdio)",
         "server.over_one_tool_server": "that, over a one-tool MCPServer started the same way",
@@ -338,7 +357,7 @@ def table(metrics: dict[str, float], details: dict[str, Any], meta: dict[str, An
     labels = _labels(details)
     by_metric = {c["metric"]: c for c in checks(metrics, details)}
     rows = [("metric", "value", "target", "status")]
-    for key in METRIC_KEYS:
+    for key in (k for k in METRIC_KEYS if k in metrics):
         c = by_metric.get(key)
         rows.append(
             (

@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from benchmarks import corpus, documents, hostile, lifecycle, quality, report, sessions, startup
 from benchmarks import scale as scale_bench
+from context_window.cli.main import tune_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "latest.json"
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output ({DEFAULT_OUT})")
     p.add_argument("--keep", action="store_true", help="keep the temporary data directories")
     ns = p.parse_args(args)
+    tune_process()  # the process-wide settings the server's entry point applies
     logging.getLogger("context_window").setLevel(logging.WARNING)
     scale, mode = (QUICK, "quick") if ns.quick else (LARGE, "large") if ns.large else (FULL, "full")
     work = Path(tempfile.mkdtemp(prefix="cw-bench-"))

@@ -195,7 +195,7 @@ def open_once(data_dir: Path, session_id: str) -> dict[str, Any]:
         "rss_mb": round(_rss_mb() - before, 1),
         "from_snapshot": getattr(session, "from_snapshot", 0),
     }
-    if hasattr(session, "save_snapshot") and not (session.dir / "snapshot.npz").exists():
+    if hasattr(session, "save_snapshot") and not (session.dir / "snapshot.json").exists():
         session.save_snapshot()  # a session under the server's threshold: save one anyway
     return out
 

@@ -1,18 +1,24 @@
-"""Settings: CLI flag > environment variable > default, resolved once into a frozen object."""
+"""Settings: CLI flag > environment variable > default, resolved once into a frozen object.
+
+Each setting is declared once, as a field of :class:`Settings`: its name and type are
+the field's, and ``setting(...)`` gives its default, range, environment variable,
+flag and help. The command line's flags (``cli/main.py``), the environment parsing
+and the validation below are all derived from those declarations.
+"""
 
 from __future__ import annotations
 
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import platformdirs
 
-from context_window.chunking import check_chunk_settings
 from context_window.errors import ConfigError, InvalidInput
 
 APP_NAME = "context-window"
@@ -24,63 +30,234 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 @dataclass(frozen=True)
+class Spec:
+    """How one setting is given: its variable, its flag(s), its help and its range."""
+
+    env: str
+    help: str
+    flag: str | None = None  # the flag that sets it (None: no such flag)
+    metavar: str | None = None
+    lo: float | None = None  # the range, both ends allowed
+    hi: float | None = None
+    off_flag: str | None = None  # a bool's flag that turns it off
+    shortcuts: tuple[tuple[str, str], ...] = ()  # flags that set one value (--http)
+    default_text: str | None = None  # the default as help shows it, when not the value
+    empty_is_value: bool = False  # an empty variable sets "" (else it is ignored)
+
+
+def setting(default: Any = None, *, secret: bool = False, **spec: Any) -> Any:
+    """Declare a field of Settings with its :class:`Spec`; a secret stays out of repr."""
+    meta = {"spec": Spec(**spec)}
+    if default is None:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta, repr=not secret)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one server instance; built by :func:`load_settings`."""
 
-    data_dir: Path
-    ingest_roots: tuple[Path, ...] = ()
-    llm_base_url: str = "http://localhost:1234/v1"
-    llm_model: str = ""
-    llm_api_key: str = field(default="", repr=False)
-    llm_timeout: float = 120.0
-    llm_enabled: bool = True
-    budget: int = 4000
-    chunk_tokens: int = 800
-    chunk_overlap: int = 80
-    max_file_mb: int = 2048
-    max_query_chars: int = 2000
-    max_query_terms: int = 64
-    token_ratio: float = 0.27
-    transport: Transport = "stdio"
-    host: str = "127.0.0.1"
-    port: int = 3001
-    http_token: str = field(default="", repr=False)
-    http_session_idle: float = 900.0
-    http_sessions_per_client: int = 32
-    audit: bool = True
-    tools: ToolSet = "all"
+    data_dir: Path = setting(
+        env="CTX_DATA_DIR",
+        flag="--data-dir",
+        metavar="DIR",
+        help="where all state lives",
+        default_text="the platform's user data dir for context-window",
+    )
+    ingest_roots: tuple[Path, ...] = setting(
+        (),
+        env="CTX_INGEST_ROOTS",
+        flag="--ingest-root",
+        metavar="DIR",
+        help="directory whose files may be ingested; repeatable (the variable: "
+        "separated by the path separator or commas)",
+        default_text="none",
+    )
+    llm_base_url: str = setting(
+        "http://localhost:1234/v1",
+        env="CTX_LLM_BASE_URL",
+        flag="--llm-base-url",
+        metavar="URL",
+        help="OpenAI-compatible endpoint",
+    )
+    llm_model: str = setting(
+        "",
+        env="CTX_LLM_MODEL",
+        flag="--llm-model",
+        metavar="ID",
+        help="model for summaries and calibration; empty = the loaded model",
+        empty_is_value=True,
+    )
+    llm_api_key: str = setting(
+        "",
+        env="CTX_LLM_API_KEY",
+        flag="--llm-api-key",
+        metavar="KEY",
+        help="sent as Authorization: Bearer to the endpoint",
+        empty_is_value=True,
+        secret=True,
+    )
+    llm_timeout: float = setting(
+        120.0,
+        env="CTX_LLM_TIMEOUT",
+        flag="--llm-timeout",
+        metavar="SECONDS",
+        lo=0.1,
+        hi=3600,
+        help="LLM request timeout",
+    )
+    llm_enabled: bool = setting(
+        True,
+        env="CTX_LLM_ENABLED",
+        off_flag="--no-llm",
+        help="the local model for summaries and calibration (off: extractive, no network)",
+    )
+    budget: int = setting(
+        4000,
+        env="CTX_BUDGET",
+        flag="--budget",
+        metavar="N",
+        lo=64,
+        hi=1_000_000,
+        help="default recall/window/search budget in tokens",
+    )
+    chunk_tokens: int = setting(
+        800,
+        env="CTX_CHUNK_TOKENS",
+        flag="--chunk-tokens",
+        metavar="N",
+        lo=32,
+        hi=100_000,
+        help="target document chunk size",
+    )
+    chunk_overlap: int = setting(
+        80,
+        env="CTX_CHUNK_OVERLAP",
+        flag="--chunk-overlap",
+        metavar="N",
+        lo=0,
+        help="overlap between chunks, below the chunk size",
+    )
+    max_file_mb: int = setting(
+        2048,
+        env="CTX_MAX_FILE_MB",
+        flag="--max-file-mb",
+        metavar="N",
+        lo=1,
+        hi=4096,
+        help="largest file an ingest reads, in MiB",
+    )
+    max_query_chars: int = setting(
+        2000,
+        env="CTX_MAX_QUERY_CHARS",
+        flag="--max-query-chars",
+        metavar="N",
+        lo=16,
+        hi=1_000_000,
+        help="longest search query, in characters",
+    )
+    max_query_terms: int = setting(
+        64,
+        env="CTX_MAX_QUERY_TERMS",
+        flag="--max-query-terms",
+        metavar="N",
+        lo=1,
+        hi=10_000,
+        help="most distinct terms one query searches for",
+    )
+    token_ratio: float = setting(
+        0.27,
+        env="CTX_TOKEN_RATIO",
+        flag="--token-ratio",
+        metavar="X",
+        lo=0.01,
+        hi=4.0,
+        help="cold-start tokens per character",
+    )
+    transport: Transport = setting(
+        "stdio",
+        env="CTX_TRANSPORT",
+        flag="--transport",
+        shortcuts=(("--stdio", "stdio"), ("--http", "http")),
+        help="transport",
+    )
+    host: str = setting(
+        "127.0.0.1", env="CTX_HTTP_HOST", flag="--host", metavar="H", help="HTTP bind host"
+    )
+    port: int = setting(
+        3001, env="CTX_HTTP_PORT", flag="--port", metavar="P", lo=0, hi=65535, help="HTTP port"
+    )
+    http_token: str = setting(
+        "",
+        env="CTX_HTTP_TOKEN",
+        flag="--http-token",
+        metavar="T",
+        help="require Authorization: Bearer T on HTTP",
+        default_text="none",
+        empty_is_value=True,
+        secret=True,
+    )
+    http_session_idle: float = setting(
+        900.0,
+        env="CTX_HTTP_SESSION_IDLE",
+        flag="--http-session-idle",
+        metavar="SECONDS",
+        lo=1,
+        hi=86_400,
+        help="an MCP session with no request for this long is closed",
+    )
+    http_sessions_per_client: int = setting(
+        32,
+        env="CTX_HTTP_SESSIONS_PER_CLIENT",
+        flag="--http-sessions-per-client",
+        metavar="N",
+        lo=1,
+        hi=1000,
+        help="open MCP sessions per client address; one more closes the least recently used",
+    )
+    audit: bool = setting(
+        True,
+        env="CTX_AUDIT",
+        flag="--audit",
+        off_flag="--no-audit",
+        help="one JSON line per tool call on stderr (tool, outcome, ms; no content)",
+    )
+    tools: ToolSet = setting(
+        "all",
+        env="CTX_TOOLS",
+        flag="--tools",
+        help="expose only the session or document tools, for a tiny window",
+    )
 
     def with_changes(self, **changes: Any) -> Settings:
         """Return a copy with some fields replaced and re-validated."""
         return _validated(replace(self, **changes))
 
 
-# (field, env var, parser) for every setting an environment variable can set.
-_ENV: tuple[tuple[str, str], ...] = (
-    ("data_dir", "CTX_DATA_DIR"),
-    ("ingest_roots", "CTX_INGEST_ROOTS"),
-    ("llm_base_url", "CTX_LLM_BASE_URL"),
-    ("llm_model", "CTX_LLM_MODEL"),
-    ("llm_api_key", "CTX_LLM_API_KEY"),
-    ("llm_timeout", "CTX_LLM_TIMEOUT"),
-    ("llm_enabled", "CTX_LLM_ENABLED"),
-    ("budget", "CTX_BUDGET"),
-    ("chunk_tokens", "CTX_CHUNK_TOKENS"),
-    ("chunk_overlap", "CTX_CHUNK_OVERLAP"),
-    ("max_file_mb", "CTX_MAX_FILE_MB"),
-    ("max_query_chars", "CTX_MAX_QUERY_CHARS"),
-    ("max_query_terms", "CTX_MAX_QUERY_TERMS"),
-    ("token_ratio", "CTX_TOKEN_RATIO"),
-    ("transport", "CTX_TRANSPORT"),
-    ("host", "CTX_HTTP_HOST"),
-    ("port", "CTX_HTTP_PORT"),
-    ("http_token", "CTX_HTTP_TOKEN"),
-    ("http_session_idle", "CTX_HTTP_SESSION_IDLE"),
-    ("http_sessions_per_client", "CTX_HTTP_SESSIONS_PER_CLIENT"),
-    ("audit", "CTX_AUDIT"),
-    ("tools", "CTX_TOOLS"),
-)
-ENV_VARS: dict[str, str] = dict(_ENV)
+def declared() -> Iterator[tuple[Field[Any], Spec, Any]]:
+    """Each setting's field, declaration and resolved type, in declaration order."""
+    hints = typing.get_type_hints(Settings)
+    for f in fields(Settings):
+        yield f, f.metadata["spec"], hints[f.name]
+
+
+def choices(kind: Any) -> tuple[str, ...] | None:
+    """The values a Literal-typed setting allows (None for other types)."""
+    return typing.get_args(kind) if typing.get_origin(kind) is Literal else None
+
+
+def shown_default(f: Field[Any], spec: Spec) -> str:
+    """A setting's default as help and the README show it."""
+    if spec.default_text is not None:
+        return spec.default_text
+    if isinstance(f.default, bool):
+        return "on" if f.default else "off"
+    if f.default == "":
+        return "empty"
+    return f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
+
+
+ENV_VARS: dict[str, str] = {f.name: spec.env for f, spec, _ in declared()}
 
 
 def default_data_dir() -> Path:
@@ -94,12 +271,12 @@ def load_settings(
     """Merge flags (None = unset) over environment variables over defaults, and validate."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {k: v for k, v in (flags or {}).items() if v is not None}
-    for name, var in _ENV:
-        raw = env.get(var)
-        if name in values or raw is None:
+    for f, spec, kind in declared():
+        raw = env.get(spec.env)
+        if f.name in values or raw is None:
             continue  # a flag wins, even over an unparsable variable
-        if raw != "" or name in {"llm_model", "llm_api_key", "http_token"}:
-            values[name] = _parse(name, raw, var)
+        if raw != "" or spec.empty_is_value:
+            values[f.name] = _parse(kind, raw, spec.env)
     if "data_dir" not in values:
         values["data_dir"] = default_data_dir()
     values["data_dir"] = _absolute(values["data_dir"])
@@ -116,68 +293,36 @@ def _absolute(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser()))  # noqa: PTH100 - keep symlinks as given
 
 
-def _parse(name: str, raw: str, var: str) -> Any:
-    """Convert one environment variable's text to the field's type."""
+def _parse(kind: Any, raw: str, var: str) -> Any:
+    """Convert one environment variable's text to the setting's type."""
     try:
-        if name == "ingest_roots":
+        if kind == tuple[Path, ...]:
             return [p for p in re.split(rf"[{re.escape(os.pathsep)},]", raw) if p.strip()]
-        if name in {"llm_enabled", "audit"}:
+        if kind is bool:
             low = raw.strip().lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
             raise ValueError(raw)
-        if name in {
-            "budget",
-            "chunk_tokens",
-            "chunk_overlap",
-            "max_file_mb",
-            "max_query_chars",
-            "max_query_terms",
-            "http_sessions_per_client",
-            "port",
-        }:
-            return int(raw)
-        if name in {"llm_timeout", "token_ratio", "http_session_idle"}:
-            return float(raw)
+        if kind in (int, float):
+            return kind(raw)
     except ValueError:
         raise ConfigError(f"{var}={raw!r} is not a valid value") from None
     return raw
 
 
 def _validated(s: Settings) -> Settings:
-    """Check ranges and relations between settings; raise ConfigError naming the problem."""
-    if s.transport not in ("stdio", "http"):
-        raise ConfigError(f"transport must be 'stdio' or 'http', not {s.transport!r}")
-    if s.tools not in ("all", "sessions", "docs"):
-        raise ConfigError(f"tools must be 'all', 'sessions' or 'docs', not {s.tools!r}")
-    if not 64 <= s.budget <= 1_000_000:
-        raise ConfigError(f"budget must be between 64 and 1000000 tokens, not {s.budget}")
+    """Check every declared range and choice, then the relations between settings."""
+    for f, spec, kind in declared():
+        value, name = getattr(s, f.name), f.name.replace("_", "-")
+        allowed = choices(kind)
+        if allowed is not None and value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        if spec.lo is not None and not _in_range(value, spec.lo, spec.hi):
+            raise ConfigError(f"{name} must be {_range_text(spec)}, not {value!r}")
     try:
         check_chunk_settings(s.chunk_tokens, s.chunk_overlap, s.token_ratio)
     except InvalidInput as exc:
         raise ConfigError(str(exc)) from None
-    if not 1 <= s.max_file_mb <= 4096:
-        raise ConfigError(f"max-file-mb must be between 1 and 4096, not {s.max_file_mb}")
-    if not 16 <= s.max_query_chars <= 1_000_000:
-        raise ConfigError(
-            f"max-query-chars must be between 16 and 1000000, not {s.max_query_chars}"
-        )
-    if not 1 <= s.max_query_terms <= 10_000:
-        raise ConfigError(f"max-query-terms must be between 1 and 10000, not {s.max_query_terms}")
-    if not 0 < s.llm_timeout <= 3600:
-        raise ConfigError(f"llm-timeout must be between 0 and 3600 seconds, not {s.llm_timeout}")
-    if not (math.isfinite(s.http_session_idle) and 1 <= s.http_session_idle <= 86_400):
-        raise ConfigError(
-            f"http-session-idle must be between 1 and 86400 seconds, not {s.http_session_idle}"
-        )
-    if not 1 <= s.http_sessions_per_client <= 1000:
-        raise ConfigError(
-            f"http-sessions-per-client must be between 1 and 1000, not {s.http_sessions_per_client}"
-        )
-    if not 0 <= s.port <= 65535:
-        raise ConfigError(f"port must be between 0 and 65535, not {s.port}")
     if not re.match(r"^https?://", s.llm_base_url):
         raise ConfigError(
             f"llm-base-url must start with http:// or https://, not {s.llm_base_url!r}"
@@ -186,3 +331,64 @@ def _validated(s: Settings) -> Settings:
         if not root.is_dir():
             raise ConfigError(f"ingest root {str(root)!r} is not an existing directory")
     return s
+
+
+def _range_text(spec: Spec) -> str:
+    """``between 1 and 10`` or ``at least 0``."""
+    if spec.hi is None:
+        return f"at least {spec.lo:g}"
+    return f"between {spec.lo:g} and {spec.hi:g}"
+
+
+def _in_range(value: object, lo: float, hi: float | None) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and lo <= value <= (math.inf if hi is None else hi)
+    )
+
+
+def _spec(name: str) -> Spec:
+    spec: Spec = Settings.__dataclass_fields__[name].metadata["spec"]
+    return spec
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tuple[int, int, float]:
+    """Chunk size, overlap and token ratio, or InvalidInput naming the first bad one.
+
+    The one rule for every source of these numbers: flags, environment, a document's
+    meta.json read back from disk, an imported export. The bounds are the settings'.
+    """
+    size, per_char = _spec("chunk_tokens"), _spec("token_ratio")
+    if not _is_int(tokens) or not _in_range(tokens, size.lo or 0, size.hi):
+        raise InvalidInput(
+            f"chunk-tokens must be an integer between {size.lo:g} and {size.hi:g}, "
+            f"not {tokens!r:.40}"
+        )
+    if not _is_int(overlap) or not 0 <= overlap < tokens:
+        raise InvalidInput(
+            f"chunk-overlap must be an integer >= 0 and < chunk-tokens ({tokens}), "
+            f"not {overlap!r:.40}"
+        )
+    if not _in_range(ratio, per_char.lo or 0, per_char.hi):
+        raise InvalidInput(
+            f"token-ratio must be a number between {per_char.lo:g} and {per_char.hi:g}, "
+            f"not {ratio!r:.40}"
+        )
+    assert isinstance(ratio, int | float)
+    return tokens, overlap, float(ratio)
+
+
+def recorded_chunk_settings(meta: dict[str, object]) -> tuple[int, int, float] | None:
+    """The (chunk tokens, overlap, ratio) a meta.json or export records, if all are valid."""
+    try:
+        return check_chunk_settings(
+            meta.get("chunk_tokens"), meta.get("chunk_overlap"), meta.get("ratio")
+        )
+    except InvalidInput:
+        return None

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import anyio
 
-from context_window.calibration import Calibrator
 from context_window.config import Settings
+from context_window.documents.answers import Answer
 from context_window.documents.freshness import SourceState
 from context_window.documents.outline import (
     Outline,
@@ -30,12 +30,13 @@ from context_window.documents.outline import (
     overview,
 )
 from context_window.documents.progress import Report, ingest_in_thread
-from context_window.documents.search import Answer
 from context_window.documents.store import DocumentStore
 from context_window.documents.summaries import DocSummary, chunk_lines, summarize_range
 from context_window.documents.tables import DocInfo, Ingested, Window, WindowLayout
 from context_window.errors import Busy, InvalidInput
-from context_window.llm import LLMClient
+from context_window.llm.calibration import Calibrator
+from context_window.llm.client import LLMClient
+from context_window.llm.summaries import Summarizer
 from context_window.models import (
     Entry,
     Recall,
@@ -43,11 +44,10 @@ from context_window.models import (
     SessionPage,
     SessionStats,
 )
+from context_window.retrieval.analyzer import QueryLimits
 from context_window.sessions.compaction import Compaction, keep_facts, summary_input
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.summarize import Summarizer
-from context_window.textindex import QueryLimits
 from context_window.tokens import TokenCounter
 from context_window.version import __version__
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+import filelock
+
 from context_window.errors import Busy, InvalidInput, StorageError
 
 
@@ -252,42 +254,23 @@ LOCK_WAIT_SECONDS = 10.0  # how long a journal lock is waited for before "busy"
 def _lock_fd(fd: int, what: str, wait: float = LOCK_WAIT_SECONDS) -> None:
     """Take the exclusive OS lock on ``fd`` within ``wait`` seconds, else raise Busy.
 
-    A process stopped (Ctrl-Z, SIGSTOP, a debugger) while it holds the lock must not
-    hang its peers for good: they poll, and give up with an error that says to retry.
+    filelock supplies the primitive (flock, or LockFileEx on Windows); the deadline is
+    ours: a process stopped (Ctrl-Z, SIGSTOP, a debugger) while it holds the lock must
+    not hang its peers for good, so they poll and give up with an error to retry.
     """
-    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-        from filelock import lock_descriptor
-
-        lock_descriptor(fd, poll_interval=0.002)
-        return
-    import fcntl
-
     deadline = time.monotonic() + wait
     pause = 0.001
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise Busy(
-                    f"{what} is busy: another process has held its lock for over {wait:g} s; "
-                    "try again in a moment"
-                ) from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+    while not filelock.lock_descriptor(fd, blocking=False):
+        if time.monotonic() >= deadline:
+            raise Busy(
+                f"{what} is busy: another process has held its lock for over {wait:g} s; "
+                "try again in a moment"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
-def _unlock_fd(fd: int) -> None:
-    """Release the lock taken by :func:`_lock_fd`."""
-    if sys.platform == "win32":  # pragma: no cover
-        from filelock import unlock_descriptor
-
-        unlock_descriptor(fd)
-    else:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_UN)
+_unlock_fd = filelock.unlock_descriptor
 
 
 def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
@@ -668,8 +651,6 @@ def work_is_live(work: Path) -> bool | None:
     except OSError:
         return True  # cannot tell: leave it alone
     try:
-        if sys.platform == "win32":  # pragma: no cover - no non-blocking probe here
-            return True
         try:
             _lock_fd(fd, str(owner), wait=0)  # one try: held means the owner lives
         except Busy:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from context_window.chunking import recorded_chunk_settings
 from context_window.cli.archive_format import (
     FORMATS,
     DocumentArchive,
@@ -32,6 +31,7 @@ from context_window.cli.archive_format import (
     session_markdown,
 )
 from context_window.cli.catalog import Catalog, read_journal
+from context_window.config import recorded_chunk_settings
 from context_window.documents.build import Progress, encode_text, no_progress, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore

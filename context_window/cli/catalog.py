@@ -17,10 +17,10 @@ from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput, StorageError
 from context_window.models import Entry, Hit, SessionInfo, SessionStats
+from context_window.retrieval.analyzer import Analyzer
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import Journal, check_id, is_valid_id
-from context_window.textindex import Analyzer
 from context_window.tokens import TokenCounter
 
 SEARCH_BUDGET = 1 << 40  # search shows matches, not what fits a model's window

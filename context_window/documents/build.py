@@ -31,21 +31,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window import wordscan
-from context_window.chunking import chunk_text
+from context_window.documents.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
 from context_window.documents.sandbox import decode_utf8, not_utf8
-from context_window.errors import InvalidInput
-from context_window.segments import (
+from context_window.documents.segments import (
     Part,
     Plan,
     byte_spans,
-    fix_mmap_threshold,
     number_lines,
     segments,
 )
+from context_window.errors import InvalidInput
+from context_window.retrieval import wordscan
+from context_window.retrieval.termcount import TermCounter
 from context_window.storage import write_json_atomic
-from context_window.termcount import TermCounter
 
 Progress = Callable[[float, str], None]
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
@@ -54,7 +53,6 @@ SEGMENT_CHARS = 2_000_000  # large headingless texts are chunked this much at a 
 # From this many characters, segments are chunked in a child process (segments.py) while
 # this one counts their terms; below, starting one costs more than it saves.
 CHILD_MIN_CHARS = 16_000_000
-CHUNK_IN_CHILD = True
 # A text with headings or fences is chunked whole (its trails span the text), so it
 # is held in memory: it has a limit of its own, below that of files in general.
 MAX_STRUCTURED_CHARS = 256 * 1024 * 1024
@@ -79,6 +77,8 @@ class BuildSpec:
     max_chars: int
     mtime_ns: int | None = None  # a file source's mtime, recorded to tell when it changes
     segment_chars: int = SEGMENT_CHARS  # headingless texts longer than this are read in parts
+    child_min_chars: int | None = CHILD_MIN_CHARS  # from this length, in a child (None: never)
+    max_structured_chars: int = MAX_STRUCTURED_CHARS
 
 
 def no_progress(_fraction: float, _message: str) -> None:
@@ -133,12 +133,12 @@ def build_file(
     wrote (``copied`` tells what it holds); return meta. A large text without headings
     or fences is chunked from disk a segment at a time, so the whole text is never in
     memory; any other is read whole to be chunked, and is refused past
-    ``MAX_STRUCTURED_CHARS`` unless it is a document ``stored`` already (re-indexed)."""
+    ``spec.max_structured_chars`` unless it is a document ``stored`` already (re-indexed)."""
     _check_size(spec, copied.chars, copied.blank)
-    if copied.structured and not stored and copied.chars > MAX_STRUCTURED_CHARS:
+    if copied.structured and not stored and copied.chars > spec.max_structured_chars:
         raise InvalidInput(
             f"{spec.source} is {copied.chars:,} characters with headings or code fences; "
-            f"such a text is chunked whole, so its limit is {MAX_STRUCTURED_CHARS:,}. "
+            f"such a text is chunked whole, so its limit is {spec.max_structured_chars:,}. "
             "Split it at headings, or ingest the part you need"
         )
     segmented = copied.chars > spec.segment_chars and not copied.structured
@@ -177,8 +177,7 @@ def _finish(
             spec.ratio,
             spec.segment_chars,
         )
-        fix_mmap_threshold()
-        child = CHUNK_IN_CHILD and chars >= CHILD_MIN_CHARS
+        child = spec.child_min_chars is not None and chars >= spec.child_min_chars
         if child:  # numba loads (a quarter second) while the child starts and chunks
             threading.Thread(target=wordscan.available, daemon=True).start()
         parts = segments(plan, child=child)

@@ -41,8 +41,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from context_window.storage import write_json_atomic
-from context_window.termcount import (
+from context_window.retrieval.bm25 import average_idf, idf_values, term_scores
+from context_window.retrieval.termcount import (
     NUMBER,
     NumberTable,
     TermCounter,
@@ -51,7 +51,7 @@ from context_window.termcount import (
     number_key,
     number_text,
 )
-from context_window.textindex import average_idf, idf_values, term_scores
+from context_window.storage import write_json_atomic
 
 # 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
 # 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
@@ -81,7 +81,13 @@ class IndexBuilder:
     sorting holds a large document's postings in memory.
     """
 
-    def __init__(self, spill: Path) -> None:
+    def __init__(
+        self,
+        spill: Path,
+        postings_per_pass: int = POSTINGS_PER_PASS,
+        rows_per_read: int = ROWS_PER_READ,
+    ) -> None:
+        self._per_pass, self._per_read = postings_per_pass, rows_per_read
         self._lengths: list[npt.NDArray[np.int64]] = []
         self._spill = spill
         self._spilled: list[BinaryIO] = []
@@ -111,8 +117,8 @@ class IndexBuilder:
             if self.n_postings:
                 with contextlib.ExitStack() as stack:
                     files = [stack.enter_context(paths[k].open("rb")) for k in columns]
-                    for _ in range(0, self.n_postings, ROWS_PER_READ):
-                        yield [np.fromfile(f, dtype=np.uint32, count=ROWS_PER_READ) for f in files]
+                    for _ in range(0, self.n_postings, self._per_read):
+                        yield [np.fromfile(f, dtype=np.uint32, count=self._per_read) for f in files]
         finally:
             for path in paths if not keep else ():
                 path.unlink(missing_ok=True)
@@ -135,7 +141,7 @@ class IndexBuilder:
         np.cumsum(df, out=offsets[1:])
         average = average_idf(df, self.n_chunks)
         np.save(directory / "post_offsets.npy", offsets)
-        cuts, n_postings = _cuts(offsets), int(offsets[-1])
+        cuts, n_postings = _cuts(offsets, self._per_pass), int(offsets[-1])
         del df, offsets  # 12 bytes a term: not held through the passes to come
         # Pass 2: the postings are parted into buckets of terms, in chunk order.
         tf_max = 0
@@ -229,12 +235,12 @@ def _ranks(
     return rank
 
 
-def _cuts(offsets: npt.NDArray[np.int64]) -> list[int]:
-    """Term ranks that part the postings into ranges of about ``POSTINGS_PER_PASS``,
+def _cuts(offsets: npt.NDArray[np.int64], per_pass: int) -> list[int]:
+    """Term ranks that part the postings into ranges of about ``per_pass`` postings,
     given each term's first posting (``offsets``, with the total last): the ranges are
     [cuts[k], cuts[k + 1]), and a term's postings are never split."""
     n, n_terms = int(offsets[-1]), len(offsets) - 1
-    parts = max(1, -(-n // POSTINGS_PER_PASS))
+    parts = max(1, -(-n // per_pass))
     # Integer bounds: float ones would make numpy copy every offset to float to compare.
     bounds = np.arange(1, parts, dtype=np.int64) * n // parts
     inner = np.searchsorted(offsets, bounds, side="right") - 1

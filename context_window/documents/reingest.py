@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window.chunking import recorded_chunk_settings
+from context_window.config import recorded_chunk_settings
 from context_window.documents.cursors import all_cursors, write_cursor
 from context_window.documents.tables import Kept
 from context_window.storage import read_json, write_json_atomic
@@ -43,7 +43,7 @@ def chunk_settings(
     """The old version's (chunk tokens, overlap, ratio) if recorded and valid, else the given ones.
 
     A meta.json is read back from disk and may have been edited: its settings pass the
-    same check as the flags (``chunking.check_chunk_settings``) or are not used at all.
+    same check as the flags (``config.check_chunk_settings``) or are not used at all.
     """
     recorded = None if old_meta is None else recorded_chunk_settings(old_meta)
     return recorded or (tokens, overlap, ratio)

@@ -22,7 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from context_window.documents.answers import Answer
 from context_window.documents.build import (
+    CHILD_MIN_CHARS,
+    MAX_STRUCTURED_CHARS,
     SEGMENT_CHARS,
     BuildSpec,
     Copied,
@@ -37,7 +40,7 @@ from context_window.documents.build import (
 from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
 from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
-from context_window.documents.query import (
+from context_window.documents.ranking import (
     CANDIDATE_CHUNKS,
     Ranked,
     best_passages,
@@ -46,7 +49,6 @@ from context_window.documents.query import (
 )
 from context_window.documents.reingest import carry_cursors, chunk_settings, compare
 from context_window.documents.sandbox import open_file
-from context_window.documents.search import Answer
 from context_window.documents.tables import (
     DocInfo,
     Ingested,
@@ -64,6 +66,7 @@ from context_window.errors import (
 )
 from context_window.models import Chunk, Hit
 from context_window.packing import fit_chunks, leading
+from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.storage import (
     Journal,
     check_id,
@@ -79,7 +82,6 @@ from context_window.storage import (
     work_dir,
     write_json_atomic,
 )
-from context_window.textindex import Analyzer, QueryLimits
 from context_window.titles import check_title, clean_title, first_line
 from context_window.tokens import TokenCounter
 
@@ -150,6 +152,8 @@ class DocumentStore:
         max_file_bytes: int = MAX_FILE_BYTES,
         query_limits: QueryLimits | None = None,
         segment_chars: int = SEGMENT_CHARS,
+        child_min_chars: int | None = CHILD_MIN_CHARS,
+        max_structured_chars: int = MAX_STRUCTURED_CHARS,
     ) -> None:
         self.root = data_dir / "documents"
         self.counter = counter
@@ -159,6 +163,7 @@ class DocumentStore:
         self.max_chars = max_chars
         self.max_file_bytes = max_file_bytes
         self.segment_chars = segment_chars
+        self._large = (child_min_chars, max_structured_chars)  # see BuildSpec
         self._lock = threading.RLock()
         self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
@@ -381,7 +386,9 @@ class DocumentStore:
             overlap,
             ratio,
             (folder / "source.txt").stat().st_size + 1,
-            segment_chars=self.segment_chars,
+            None,
+            self.segment_chars,
+            *self._large,
         )
         with work_dir(self.root, doc.id) as work:
             try:
@@ -536,6 +543,7 @@ class DocumentStore:
                         source.max_chars,
                         source.mtime_ns,
                         self.segment_chars,
+                        *self._large,
                     )
                     write(work, spec)
                     if old_meta is not None:

@@ -19,8 +19,8 @@ import numpy as np
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput
+from context_window.llm.summaries import Summarizer
 from context_window.models import Chunk, Summary
-from context_window.summarize import Summarizer
 
 DIRECT_TOKENS = 12_000
 LINE_TOKENS = 40

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from context_window.documents.answers import LineHit
 from context_window.documents.freshness import CHANGED, MISSING, SourceState
 from context_window.documents.reingest import describe
-from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Window
 from context_window.localtime import local_time

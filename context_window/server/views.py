@@ -12,8 +12,8 @@ from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
+from context_window.documents.answers import LineHit
 from context_window.documents.outline import Outline
-from context_window.documents.search import LineHit
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
 from context_window.models import Chunk, Count, Entry, SessionPage

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from context_window.facts import lost_facts
 from context_window.models import CompactionPlan, Entry, SessionStats, Summary
 from context_window.packing import leading
+from context_window.sessions.facts import lost_facts
 from context_window.tokens import TokenCounter
 
 

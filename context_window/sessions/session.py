@@ -49,10 +49,11 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.packing import pack
+from context_window.retrieval.analyzer import Analyzer, QueryLimits
+from context_window.retrieval.bm25 import NEIGHBOUR_WEIGHT
 from context_window.sessions import snapshot
-from context_window.sessions.state import SessionState, gc_paused
+from context_window.sessions.state import SessionState
 from context_window.storage import Journal, new_id
-from context_window.textindex import NEIGHBOUR_WEIGHT, Analyzer, QueryLimits
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
@@ -196,11 +197,11 @@ class Session:
             if loaded is not None and self.journal.resume(loaded.position):
                 self._state, self._ratio_seen = loaded.state, loaded.ratio
                 self.from_snapshot = len(loaded.state.order)
-        with gc_paused():  # a replay creates a dict per line: none of it is garbage
-            records = self.journal.read_new()
-            if self.journal.generation != self._generation:  # purged by some process
-                self._clear()
-            self._apply(records)
+                self._due = loaded.migrated and self.snapshot_after is not None
+        records = self.journal.read_new()
+        if self.journal.generation != self._generation:  # purged by some process
+            self._clear()
+        self._apply(records)
 
     def _write(self, records: list[dict[str, Any]]) -> None:
         """Append ``records`` to the journal, and apply them (the lock held)."""

@@ -1,15 +1,20 @@
 """A session's replayed state saved beside its journal, so the next process reads the
 state and replays only what was appended after it.
 
-``snapshot.npz`` (numpy's zip of arrays, read without pickle) holds the per-position
-arrays, the entry records, the in-memory index as flat arrays, and the journal
-position it reflects: the offset with the file's first bytes and the bytes just before
-the offset. It is a cache, never trusted over the journal: it is used only when the
-journal still starts with those bytes and holds the same bytes before that offset, when
-its format, the analyzer and every part agree; anything else (missing, damaged,
-stale, a purged journal) and the session is replayed from its first line as before.
-It is written to a temporary file, fsynced and renamed over the old one, so a crash
-while writing leaves the previous snapshot or none, never a torn one.
+``snapshot.json`` holds the journal position the state reflects (the offset, the
+file's first bytes and the bytes just before the offset), the small fields, and the
+name of a ``snapshot-<hex>/`` directory of plain ``.npy`` arrays: the per-position
+arrays, the entry texts and the in-memory index. numpy memory-maps them
+(``np.load(mmap_mode="r")``), so what is never read is never in memory. A directory is
+written whole under a temporary name, renamed, and only then named by a new
+``snapshot.json`` (written atomically): the switch is one rename, and a crash leaves
+the previous snapshot or none, never a torn one. The snapshot is a cache, never
+trusted over the journal: it is used only when the journal still starts with those
+bytes and holds the same bytes before that offset, when its format, the analyzer and
+every part agree; anything else and the session is replayed from its first line.
+
+An older release's ``snapshot.npz`` (one zip of the same arrays) is read once with
+``np.load`` and the next save writes the current form in its place.
 """
 
 from __future__ import annotations
@@ -17,38 +22,37 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import mmap
 import os
-import struct
-import zipfile
-from array import array
-from dataclasses import dataclass
+import secrets
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from context_window.errors import Busy
+from context_window.retrieval.analyzer import ANALYZER_VERSION, Analyzer
+from context_window.sessions.index import MemoryIndex
 from context_window.sessions.state import (
     Blob,
     Columns,
-    Records,
     SessionState,
     decode_text,
     encode_text,
-    gc_paused,
 )
-from context_window.storage import JournalPosition, atomic_file, file_lock
-from context_window.textindex import ANALYZER_VERSION, Analyzer, MemoryIndex
+from context_window.storage import JournalPosition, atomic_file, file_lock, read_json
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
 
-SNAPSHOT = "snapshot.npz"
+SNAPSHOT = "snapshot.json"
+ARRAYS = "snapshot"  # the arrays' directories: snapshot-<hex>
+OLD_SNAPSHOT = "snapshot.npz"  # an older release's (format 2): read once, then replaced
 LOCK = ".snapshot.lock"  # held while a snapshot is written
-FORMAT = 2  # 2: texts cut by byte ends (text_ends), read from the file when asked for
+FORMAT = 3  # 3: .npy files in a directory; 2: the same arrays in one .npz
 _FLAGS = ("pinned", "deleted", "superseded")
 
 
@@ -59,6 +63,7 @@ class Loaded:
     state: SessionState
     position: JournalPosition
     ratio: float
+    migrated: bool = False  # read from an older release's file: save the current form
 
 
 def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> bool:
@@ -89,7 +94,6 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
     meta["tags"] = entries.tags
     meta["replaces"] = entries.replaces
     arrays: dict[str, npt.NDArray[Any]] = {
-        "meta": _blob(meta),
         "ids": np.frombuffer(encode_text("\n".join(state.order)), dtype=np.uint8),
         "texts": np.frombuffer(entries.texts.read(0, int(entries.ends[-1]) if n else 0), np.uint8),
         "text_ends": entries.ends,
@@ -104,7 +108,7 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
     }
     try:
         with file_lock(directory / LOCK, f"the snapshot of session {directory.name!r}", 0):
-            _write(directory, arrays)
+            _write(directory, meta, arrays)
     except Busy:
         return False  # another process is saving one right now
     return True
@@ -150,32 +154,53 @@ def _entry_columns(state: SessionState) -> Columns:
     )
 
 
-def _write(directory: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
-    """The snapshot's file, written beside it and renamed in; under the snapshot lock,
-    so the temporary files found here are those of killed writers."""
-    for stale in directory.glob(f".{SNAPSHOT}.*.tmp"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-    with atomic_file(directory / SNAPSHOT) as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]
+def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """Write the arrays to a new directory, then point ``snapshot.json`` at it; under the
+    snapshot lock, so directories not named by it are those of killed or earlier writers."""
+    name = f"{ARRAYS}-{secrets.token_hex(4)}"
+    work = directory / f".{name}.tmp"
+    _sweep(directory, keep=None)
+    work.mkdir()
+    for key, value in arrays.items():
+        with (work / f"{key}.npy").open("wb") as f:
+            np.save(f, value, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+    work.rename(directory / name)
+    with atomic_file(directory / SNAPSHOT) as f:  # ASCII: a lone surrogate stays escaped
+        f.write(json.dumps({**meta, "arrays": name}).encode("ascii"))
+    _sweep(directory, keep=name)
+
+
+def _sweep(directory: Path, keep: str | None) -> None:
+    """Remove array directories other than ``keep`` and an older release's snapshot file."""
+    for p in directory.iterdir():
+        if p.name == OLD_SNAPSHOT or (
+            p.name.startswith((f"{ARRAYS}-", f".{ARRAYS}-")) and p.name != keep
+        ):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded | None:
-    """The state in ``directory/snapshot.npz``, or None when there is none or it does not
-    hold together (the caller then replays the journal)."""
-    path = directory / SNAPSHOT
-    if not path.is_file():
-        return None
+    """The state saved in ``directory``, or None when there is none or it does not hold
+    together (the caller then replays the journal)."""
     try:
-        # One open file for all of it: a snapshot renamed over this one meanwhile
-        # must not mix with it.
-        with path.open("rb") as f:
-            arrays, offsets, mapped = _mapped(f)
-            texts = Blob(fd=os.dup(f.fileno()), offset=offsets["texts"])
-        with gc_paused():
-            loaded = _state(arrays, counter, analyzer, texts)
-        _release(mapped)
-        return loaded
+        meta = read_json(directory / SNAPSHOT)
+        if meta is not None:
+            arrays = _mapped(directory / str(meta["arrays"]))
+            texts = Blob(
+                fd=os.open(arrays["texts"].filename, os.O_RDONLY), offset=arrays["texts"].offset
+            )
+            loaded = _state(meta, arrays, counter, analyzer, texts)
+            _release(arrays)
+            return loaded
+        if (directory / OLD_SNAPSHOT).is_file():  # an older release's: read once, in memory
+            with np.load(directory / OLD_SNAPSHOT, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            loaded = _state(_json(arrays.pop("meta")), arrays, counter, analyzer, None, old=True)
+            return None if loaded is None else replace(loaded, migrated=True)
+        return None
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
         log.warning(
             "ignoring the snapshot of session %r (%s); replaying its journal", directory.name, exc
@@ -183,66 +208,35 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
         return None
 
 
-def _mapped(f: BinaryIO) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int], mmap.mmap | None]:
-    """Every array of an .npz written by ``np.savez`` (stored, not compressed), each a
-    view of the file memory-mapped (returned too): what is never read is never in
-    memory, and a snapshot replaced meanwhile stays readable (its file lives while
-    mapped), with where each array's data starts in the file. The map is read at
-    random: the kernel then reads the pages asked for, not the read-ahead around each."""
-    out: dict[str, npt.NDArray[Any]] = {}
-    places: list[tuple[str, int, tuple[int, ...], np.dtype[Any]]] = []
-    with zipfile.ZipFile(f) as z:
-        infos = z.infolist()
-    for info in infos:
-        if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
-            raise ValueError(f"{info.filename} is not a stored array")
-        f.seek(info.header_offset)
-        local = f.read(30)
-        if local[:4] != b"PK\x03\x04":
-            raise ValueError(f"{info.filename} has no local header")
-        name_len, extra_len = struct.unpack("<HH", local[26:30])
-        start = info.header_offset + 30 + name_len + extra_len
-        f.seek(start)
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"{info.filename} has .npy version {version}")
-        size = math.prod(shape) * dtype.itemsize
-        if fortran or dtype.hasobject or f.tell() - start + size != info.file_size:
-            raise ValueError(f"{info.filename} is not a plain array")
-        places.append((info.filename.removesuffix(".npy"), f.tell(), shape, dtype))
-    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if places else None
-    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
-        mapped.madvise(mmap.MADV_RANDOM)
-    for name, offset, shape, dtype in places:
-        count = math.prod(shape)
-        out[name] = (
-            np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
-            if count and mapped is not None
-            else np.zeros(shape, dtype=dtype)
-        )
-    return out, {name: offset for name, offset, _, _ in places}, mapped
+def _mapped(folder: Path) -> dict[str, Any]:
+    """Every array of a snapshot directory, memory-mapped and read at random: the
+    kernel then reads the pages asked for, not the read-ahead around each."""
+    out: dict[str, Any] = {}
+    for path in folder.glob("*.npy"):
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        base = getattr(arr, "_mmap", None)
+        if base is not None and hasattr(mmap, "MADV_RANDOM"):
+            base.madvise(mmap.MADV_RANDOM)
+        out[path.stem] = arr
+    return out
 
 
-def _release(mapped: mmap.mmap | None) -> None:
-    """Let go of the pages of ``mapped`` read so far (the checks read whole arrays):
-    they are read again, a page at a time, when asked for."""
-    if mapped is not None and hasattr(mmap, "MADV_DONTNEED"):
-        with contextlib.suppress(OSError):
-            mapped.madvise(mmap.MADV_DONTNEED)
+def _release(arrays: dict[str, Any]) -> None:
+    """Let go of the pages read so far (the checks read whole arrays): they are read
+    again, a page at a time, when asked for."""
+    for arr in arrays.values():
+        base = getattr(arr, "_mmap", None)
+        if base is not None and hasattr(mmap, "MADV_DONTNEED"):
+            with contextlib.suppress(OSError, ValueError):
+                base.madvise(mmap.MADV_DONTNEED)
 
 
 def remove(directory: Path) -> None:
     """Delete the snapshot (after a purge rewrote the journal it reflects)."""
     with contextlib.suppress(OSError):
         (directory / SNAPSHOT).unlink()
-
-
-def _blob(value: Any) -> npt.NDArray[np.uint8]:
-    return np.frombuffer(json.dumps(value).encode("ascii"), dtype=np.uint8)
+    with contextlib.suppress(OSError):
+        _sweep(directory, keep=None)
 
 
 def _json(arr: npt.NDArray[Any]) -> Any:
@@ -250,19 +244,24 @@ def _json(arr: npt.NDArray[Any]) -> Any:
 
 
 def _state(
-    arrays: dict[str, npt.NDArray[Any]], counter: TokenCounter, analyzer: Analyzer, texts: Blob
+    meta: dict[str, Any],
+    arrays: dict[str, npt.NDArray[Any]],
+    counter: TokenCounter,
+    analyzer: Analyzer,
+    texts: Blob | None,
+    old: bool = False,
 ) -> Loaded | None:
-    """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]``."""
-    meta = _json(arrays["meta"])
-    if meta.get("format") != FORMAT or meta.get("analyzer") != ANALYZER_VERSION:
+    """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]`` (None:
+    they are in memory)."""
+    if meta.get("format") != (2 if old else FORMAT) or meta.get("analyzer") != ANALYZER_VERSION:
         return None
-    ids = decode_text(arrays["ids"].tobytes()).split("\n") if len(arrays["ids"]) else []
+    ids = decode_text(bytes(arrays["ids"])).split("\n") if len(arrays["ids"]) else []
     n = len(ids)
     parts = [
         arrays[k]
         for k in ("seqs", "costs", "expires", "text_ends", "roles", "created", "seq", *_FLAGS)
     ]
-    if any(len(a) != n for a in parts) or len(arrays["ix_doc_len"]) != n:
+    if any(a.ndim != 1 or len(a) != n for a in parts) or len(arrays["ix_doc_len"]) != n:
         raise ValueError("its parts hold different numbers of entries")
     ends = np.array(arrays["text_ends"], dtype=np.int64)
     blob = arrays["texts"]
@@ -274,41 +273,35 @@ def _state(
     codes = np.array(arrays["roles"], dtype=np.uint8)
     if n and int(codes.max()) >= len(roles):
         raise ValueError("an entry has a role not listed")
-    state = SessionState(counter, analyzer)
-    state.index = MemoryIndex.restore(
-        [str(t) for t in meta["terms"]],
-        {k[3:]: v for k, v in arrays.items() if k.startswith("ix_")},
-    )
     columns = Columns(
         np.asarray(arrays["seq"], dtype=np.int64),
         np.asarray(arrays["created"], dtype=np.float64),
         codes,
         roles,
-        texts,  # read from the file a text at a time, not through the map: a page cache
-        # of large folios (Linux 6 on ext4, xfs) maps megabytes around each text read
+        # Read from the file a text at a time, not through the map: a page cache of
+        # large folios (Linux 6 on ext4, xfs) maps megabytes around each text read.
+        Blob(bytes(blob)) if texts is None else texts,
         ends,
         {int(k): tuple(str(t) for t in v) for k, v in meta["tags"].items()},
         {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()},
     )
-    state.pos = dict(zip(ids, range(n), strict=True))
-    state.order = ids
-    if len(state.pos) != n:
-        raise ValueError("an entry id is listed twice")
-    state.records = Records(state, columns)
-    seqs = np.asarray(arrays["seqs"], dtype=np.float64)
-    state.seqs = array("d", seqs.tobytes())
-    state.seq_high = array("d", np.maximum.accumulate(seqs).tobytes() if n else b"")
-    state.pinned_at = {int(i) for i in np.flatnonzero(arrays["pinned"])}
-    state.costs = array("q", arrays["costs"].astype(np.int64).tobytes())
-    state.expires = array("d", arrays["expires"].astype(np.float64).tobytes())
-    state.flags = {k: bytearray(arrays[k].astype(np.uint8).tobytes()) for k in _FLAGS}
-    state.timed = {int(i) for i in np.flatnonzero(np.isfinite(arrays["expires"]))}
-    state.replacers = {str(k): [str(x) for x in v] for k, v in meta["replacers"].items()}
-    state.explicit = {str(k): bool(v) for k, v in meta["explicit"].items()}
-    state.max_seq = int(meta["max_seq"])
-    state.orphans = int(meta["orphans"])
-    state.skipped = int(meta["skipped"])
-    state.count_all()
+    state = SessionState.from_columns(
+        counter,
+        analyzer,
+        ids=ids,
+        columns=columns,
+        index=MemoryIndex.restore(
+            [str(t) for t in meta["terms"]],
+            {k[3:]: v for k, v in arrays.items() if k.startswith("ix_")},
+        ),
+        seqs=np.asarray(arrays["seqs"], dtype=np.float64),
+        costs=np.asarray(arrays["costs"], dtype=np.int64),
+        expires=np.asarray(arrays["expires"], dtype=np.float64),
+        flags={k: np.asarray(arrays[k], dtype=np.uint8) for k in _FLAGS},
+        replacers={str(k): [str(x) for x in v] for k, v in meta["replacers"].items()},
+        explicit={str(k): bool(v) for k, v in meta["explicit"].items()},
+        counts=(int(meta["max_seq"]), int(meta["orphans"]), int(meta["skipped"])),
+    )
     position = JournalPosition(
         int(meta["offset"]),
         bytes.fromhex(meta["head"]),

@@ -9,8 +9,6 @@ the journal is rewritten.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import os
 import weakref
@@ -24,10 +22,11 @@ import numpy.typing as npt
 
 from context_window.localtime import time_or_none
 from context_window.models import Entry
+from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.termcount import TermCounter
+from context_window.sessions.index import MemoryIndex
 from context_window.sessions.records import entry_problem, patch_problem
 from context_window.storage import read_at
-from context_window.termcount import TermCounter
-from context_window.textindex import Analyzer, MemoryIndex
 from context_window.tokens import TokenCounter
 
 # The counts kept per session (see ``SessionState.tally``).
@@ -48,22 +47,6 @@ RECORD_FIELDS = (
 )
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
 BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries are ~10x)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a replay or a snapshot creates its objects.
-
-    Building a million records would otherwise run full collections over everything
-    built so far, again and again; none of these objects are garbage.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Record:
@@ -273,6 +256,45 @@ class SessionState:
         self.orphans = 0  # patches for unknown entries
         self.skipped = 0  # records that are not a valid entry or patch
 
+    @classmethod
+    def from_columns(
+        cls,
+        counter: TokenCounter,
+        analyzer: Analyzer,
+        *,
+        ids: list[str],
+        columns: Columns,
+        index: MemoryIndex,
+        seqs: npt.NDArray[np.float64],
+        costs: npt.NDArray[np.int64],
+        expires: npt.NDArray[np.float64],
+        flags: dict[str, npt.NDArray[np.uint8]],
+        replacers: dict[str, list[str]],
+        explicit: dict[str, bool],
+        counts: tuple[int, int, int],
+    ) -> SessionState:
+        """A state as saved in a snapshot: its entries' columns, per-position arrays and
+        index; ``counts`` are (max_seq, orphans, skipped). ValueError if ids repeat."""
+        state = cls(counter, analyzer)
+        n = len(ids)
+        state.index = index
+        state.order = ids
+        state.pos = dict(zip(ids, range(n), strict=True))
+        if len(state.pos) != n:
+            raise ValueError("an entry id is listed twice")
+        state.records = Records(state, columns)
+        state.seqs = array("d", seqs.tobytes())
+        state.seq_high = array("d", np.maximum.accumulate(seqs).tobytes() if n else b"")
+        state.pinned_at = {int(i) for i in np.flatnonzero(flags["pinned"])}
+        state.costs = array("q", costs.tobytes())
+        state.expires = array("d", expires.tobytes())
+        state.flags = {k: bytearray(v.tobytes()) for k, v in flags.items()}
+        state.timed = {int(i) for i in np.flatnonzero(np.isfinite(expires))}
+        state.replacers, state.explicit = replacers, explicit
+        state.max_seq, state.orphans, state.skipped = counts
+        state.count_all()
+        return state
+
     def recount(self) -> None:
         """Estimate every entry's tokens again (the token ratio changed)."""
         for eid, rec in self.records.items():
@@ -339,13 +361,6 @@ class SessionState:
 
     def apply(self, records: list[dict[str, Any]]) -> None:
         """Apply journal records in order; count what cannot be applied."""
-        if len(records) >= BATCH_INDEX:
-            with gc_paused():
-                self._apply(records)
-        else:
-            self._apply(records)
-
-    def _apply(self, records: list[dict[str, Any]]) -> None:
         texts: list[str] = []  # of new entries, in position order, indexed below
         for rec in records:
             kind = rec.get("kind")

@@ -20,6 +20,7 @@ from typing import Any
 from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.localtime import time_or_none
 from context_window.models import SessionInfo, SessionPage
+from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session, updated_time
 from context_window.storage import (
     check_id,
@@ -34,7 +35,6 @@ from context_window.storage import (
     work_dir,
     write_json_atomic,
 )
-from context_window.textindex import Analyzer, QueryLimits
 from context_window.titles import check_title
 from context_window.tokens import TokenCounter
 

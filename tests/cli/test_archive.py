@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_window.chunking import chunk_text
 from context_window.cli.archive_format import (
     DocumentArchive,
     SessionArchive,
@@ -20,6 +19,7 @@ from context_window.cli.archive_format import (
     session_jsonl,
     session_markdown,
 )
+from context_window.documents.chunking import chunk_text
 from context_window.errors import InvalidInput
 
 META = {"id": "s1", "title": "T <!-- x --> `y`", "created_at": 1000.0}

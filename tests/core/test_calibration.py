@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from openai_fake import FakeOpenAI
 
-from context_window.calibration import LONG_SAMPLES, SAMPLES, Calibrator, calibration_prompts
-from context_window.llm import LLMClient
+from context_window.llm.calibration import LONG_SAMPLES, SAMPLES, Calibrator, calibration_prompts
+from context_window.llm.client import LLMClient
 from context_window.tokens import TokenCounter
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_window.chunking import chunk_text
+from context_window.documents.chunking import chunk_text
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
 from context_window.tokens import estimate

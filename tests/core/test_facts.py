@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from context_window.facts import extract, lost_facts
+from context_window.sessions.facts import extract, lost_facts
 
 NOTE = (
     "Build failed: see /var/log/build.log and src/app/main.py line 42. "

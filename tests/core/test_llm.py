@@ -13,7 +13,7 @@ import pytest
 from openai_fake import FakeOpenAI
 
 from context_window.errors import UpstreamError
-from context_window.llm import ChatResult, LLMClient
+from context_window.llm.client import ChatResult, LLMClient
 
 HELLO = [{"role": "user", "content": "Hello there."}]
 

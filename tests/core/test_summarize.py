@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from openai_fake import FakeOpenAI
 
 from context_window.errors import InvalidInput
-from context_window.llm import LLMClient
-from context_window.summarize import Summarizer, extractive, split_sentences
+from context_window.llm.client import LLMClient
+from context_window.llm.summaries import Summarizer, extractive, split_sentences
 from context_window.tokens import TokenCounter
 
 PROSE = (

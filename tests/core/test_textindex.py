@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from context_window.textindex import FOLD_POSTINGS, STOP_WORDS, Analyzer, MemoryIndex
+from context_window.retrieval.analyzer import STOP_WORDS, Analyzer
+from context_window.sessions.index import FOLD_POSTINGS, MemoryIndex
 
 
 def reference(corpus: list[list[str]], query: list[str]) -> np.ndarray:

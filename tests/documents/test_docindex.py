@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,17 +11,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-import context_window
-from context_window import termcount, wordscan
-from context_window.documents import index as docindex
-from context_window.documents.index import (
-    IN_MEMORY_BYTES,
-    Corpus,
-    DocIndex,
-    IndexBuilder,
-    score_all,
-)
-from context_window.documents.search import (
+from context_window.documents.answers import (
     _VARIABLE,
     _VARIABLE_ASCII,
     Scorer,
@@ -30,16 +20,25 @@ from context_window.documents.search import (
     shape,
     word_count,
 )
-from context_window.termcount import (
+from context_window.documents.index import (
+    IN_MEMORY_BYTES,
+    Corpus,
+    DocIndex,
+    IndexBuilder,
+    score_all,
+)
+from context_window.retrieval import wordscan
+from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.termcount import (
     NUMBER,
     NumberTable,
+    Sizes,
     TermCounter,
     Triples,
     is_number_term,
     number_key,
     number_text,
 )
-from context_window.textindex import Analyzer
 
 LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
 if not LOGHUB.is_dir():
@@ -58,10 +57,17 @@ TEXTS = [
 ]
 
 
-def build(tmp_path: Path, texts: list[str], batch: int = 3) -> tuple[DocIndex, Analyzer]:
+def build(
+    tmp_path: Path,
+    texts: list[str],
+    batch: int = 3,
+    sizes: Sizes = Sizes(),
+    scan: bool | None = None,
+    **passes: int,
+) -> tuple[DocIndex, Analyzer]:
     (tmp_path / "index").mkdir(parents=True, exist_ok=True)
-    counter = TermCounter(numbers=True, spill=tmp_path / "index")
-    builder = IndexBuilder(spill=tmp_path / "index")
+    counter = TermCounter(numbers=True, spill=tmp_path / "index", scan=scan, sizes=sizes)
+    builder = IndexBuilder(tmp_path / "index", **passes)
     for i in range(0, len(texts), batch):
         builder.add(counter.count(texts[i : i + batch]))
     builder.write(tmp_path / "index", counter)
@@ -184,22 +190,26 @@ def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(("per_pass", "per_run"), [(1 << 21, 1 << 18), (700, 50), (1, 1)])
 def test_postings_sorted_in_passes_hold_every_chunk_of_every_term(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_pass: int, per_run: int
+    tmp_path: Path, per_pass: int, per_run: int
 ) -> None:
     # Skewed term frequencies (a few terms in most chunks, many in one or two), built in
     # batches, read back in blocks and sorted a range of terms at a time (one range; ~17;
     # one per term): each term's postings must be exactly its chunks, ascending, with
     # their counts. Numbers and words alike, the words spilled in runs of at most
     # ``per_run`` (so most are in several runs, under other ids) or kept in memory.
-    monkeypatch.setattr(docindex, "POSTINGS_PER_PASS", per_pass)
-    monkeypatch.setattr(termcount, "WORDS_PER_RUN", per_run)
-    monkeypatch.setattr(docindex, "ROWS_PER_READ", 1000)
     rng = np.random.default_rng(5)
     vocab = [f"w{k}z" if k % 3 else f"{k:04d}" for k in range(400)]
     texts = [
         " ".join(vocab[int(k)] for k in rng.zipf(1.3, size=40) % len(vocab)) for _ in range(300)
     ]
-    index, analyzer = build(tmp_path, texts, batch=37)
+    index, analyzer = build(
+        tmp_path,
+        texts,
+        batch=37,
+        sizes=Sizes(words_per_run=per_run),
+        postings_per_pass=per_pass,
+        rows_per_read=1000,
+    )
     assert not list((tmp_path / "index").glob(".*"))  # the spill files are gone
     expected: dict[str, dict[int, int]] = {}
     for c, text in enumerate(texts):
@@ -319,13 +329,10 @@ def test_number_keys_are_one_per_digit_string_in_length_then_value_order() -> No
 
 
 @pytest.mark.parametrize("piece", [1 << 20, 50])
-def test_number_table_numbers_each_key_once_across_batches_and_merges(
-    monkeypatch: pytest.MonkeyPatch, piece: int
-) -> None:
-    monkeypatch.setattr(termcount, "_RECENT_FLOOR", 8)  # merge into the large part often
-    monkeypatch.setattr(termcount, "NUMBER_PIECE", piece)  # 50: in many pieces
+def test_number_table_numbers_each_key_once_across_batches_and_merges(piece: int) -> None:
+    # Merged into the large part often; with piece 50, in many pieces.
     rng = np.random.default_rng(11)
-    table, seen = NumberTable(), {}
+    table, seen = NumberTable(Sizes(recent_floor=8, number_piece=piece)), {}
     for _ in range(60):
         keys = rng.integers(0, 3_000, size=int(rng.integers(1, 200))).astype(np.uint64)
         ids = table.ids(keys)
@@ -369,13 +376,10 @@ def named(triples: Triples, counter: TermCounter) -> set[tuple[int, str, int]]:
 
 
 @needs_numba
-def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(tmp_path: Path) -> None:
     # Small limits, so the scan's table is emptied and the words spilled several times,
     # and its arrays grow from their first size (one text of 40 KB grows them at once).
-    monkeypatch.setattr(termcount, "SCAN_WORDS", 150)
-    monkeypatch.setattr(termcount, "WORDS_PER_RUN", 400)
+    small = Sizes(scan_words=150, words_per_run=400)
     lines = [
         line
         for system in ("HDFS", "Linux", "Apache", "OpenSSH")
@@ -383,8 +387,8 @@ def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(
     ]
     texts = ["\n".join(lines[i : i + 7]) for i in range(0, len(lines), 7)]
     texts[50:50] = [*TEXTS, " ".join(f"w{i} {i * 7919}" for i in range(5000))]
-    numpy_counter = TermCounter(numbers=True, spill=tmp_path / "n", scan=False)
-    scan_counter = TermCounter(numbers=True, spill=tmp_path / "s", scan=True)
+    numpy_counter = TermCounter(numbers=True, spill=tmp_path / "n", scan=False, sizes=small)
+    scan_counter = TermCounter(numbers=True, spill=tmp_path / "s", scan=True, sizes=small)
     for path in (tmp_path / "n", tmp_path / "s"):
         path.mkdir()
     for at in range(0, len(texts), 37):
@@ -396,23 +400,17 @@ def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(
 
 
 @needs_numba
-def test_a_document_built_with_the_compiled_scan_equals_one_built_without(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_document_built_with_the_compiled_scan_equals_one_built_without(tmp_path: Path) -> None:
     texts = [
         "\n".join(lines[i : i + 25])
         for system in ("HDFS", "Zookeeper")
         for lines in [(LOGHUB / system / f"{system}_2k.log").read_text().splitlines()]
         for i in range(0, len(lines), 25)
     ]
-    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 1 << 40)  # never
-    build(tmp_path / "numpy", texts, batch=40)
-    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 0)  # always
-    build(tmp_path / "scan", texts, batch=40)
+    build(tmp_path / "numpy", texts, batch=40, scan=False)
+    build(tmp_path / "scan", texts, batch=40, scan=True)
     # And the numbers held in many small pieces, merged often: still the same index.
-    monkeypatch.setattr(termcount, "NUMBER_PIECE", 100)
-    monkeypatch.setattr(termcount, "_RECENT_FLOOR", 64)
-    build(tmp_path / "pieces", texts, batch=40)
+    build(tmp_path / "pieces", texts, batch=40, sizes=Sizes(number_piece=100, recent_floor=64))
     files = sorted(p.name for p in (tmp_path / "numpy" / "index").iterdir())
     assert "numbers.npy" in files
     for other in ("scan", "pieces"):
@@ -424,10 +422,9 @@ def test_a_document_built_with_the_compiled_scan_equals_one_built_without(
 
 @pytest.mark.parametrize("scan", [False, pytest.param(True, marks=needs_numba)])
 def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan: bool
+    tmp_path: Path, scan: bool
 ) -> None:
-    monkeypatch.setattr(termcount, "WORDS_PER_RUN", 100)
-    counter = TermCounter(numbers=True, spill=tmp_path, scan=scan)
+    counter = TermCounter(numbers=True, spill=tmp_path, scan=scan, sizes=Sizes(words_per_run=100))
     batches = [[f"alpha w{b}x{i} blk_{b}{i} 1{b}{i}" for i in range(30)] for b in range(20)]
     given: dict[int, str] = {}
     for batch in batches:
@@ -444,23 +441,30 @@ def test_a_counter_with_a_spill_folder_holds_a_run_of_words_at_most(
     assert list(tmp_path.iterdir()) == []  # the run files are gone
 
 
-def test_without_numba_the_numpy_path_counts(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    monkeypatch.delitem(sys.modules, "context_window.scankernels", raising=False)
-    monkeypatch.delattr(context_window, "scankernels", raising=False)
-    monkeypatch.setattr(wordscan, "_kernels", None)
-    monkeypatch.setattr(wordscan, "_failed", [])
-    monkeypatch.setattr(termcount, "SCAN_MIN_CHARS", 0)
-    with caplog.at_level(logging.WARNING, logger="context_window.wordscan"):
-        assert not wordscan.available()
-        counter = TermCounter(numbers=True)
-        triples = counter.count(TEXTS)
-    assert any("without the compiled scan" in r.getMessage() for r in caplog.records)
-    assert counter._scanner is None  # the numpy path counted them
-    names = names_of(counter)
-    for row, text in enumerate(TEXTS):
-        mask = triples.chunk == row
-        pairs = zip(triples.term[mask].tolist(), triples.tf[mask].tolist(), strict=True)
-        assert {names[t]: n for t, n in pairs} == Analyzer().counts(text)
+NO_NUMBA = """
+import logging, sys
+sys.modules["numba"] = None  # import numba raises ImportError, as in a base install
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from context_window.retrieval import termcount, wordscan
+from context_window.retrieval.analyzer import Analyzer
+text = "GPU 0000:3b:00 has fallen off the bus after retry 42; getUserName blk_-38 " * 4000
+assert len(text) >= termcount.SCAN_MIN_CHARS and not wordscan.available()
+counter = termcount.TermCounter(numbers=True)
+triples = counter.count([text])
+assert counter._scanner is None  # the numpy path counted it
+names = {v: k for k, v in counter.vocab.items()}
+keys, ids = counter.numbers.sorted()
+names.update((termcount.NUMBER | i, termcount.number_text(k)) for k, i in zip(keys, ids))
+got = {names[t]: n for t, n in zip(triples.term.tolist(), triples.tf.tolist())}
+assert got == Analyzer().counts(text), "counts differ"
+print("counted")
+"""
+
+
+def test_without_numba_the_numpy_path_counts() -> None:
+    # A real interpreter in which numba cannot be imported, as in a base install.
+    done = subprocess.run(
+        [sys.executable, "-c", NO_NUMBA], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "counted", done.stderr
+    assert "counting words with numpy (numba is not installed" in done.stderr

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from opens import watching_opens
 
-from context_window.chunking import chunk_text
+from context_window.documents.chunking import chunk_text
 from context_window.documents.store import COARSE_SETTLED_NS, SETTLED_NS, DocumentStore
 from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
 from context_window.tokens import TokenCounter

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from context_window.documents import build as build_module
 from context_window.documents.build import _has_structure, copy_source
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import DocumentStore
@@ -105,16 +104,18 @@ def test_a_bad_or_empty_file_leaves_nothing(tmp_path: Path) -> None:
     assert [p.name for p in store.root.iterdir()] == []  # no work directory left
 
 
-def test_a_structured_file_has_a_lower_limit_than_a_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_structured_file_has_a_lower_limit_than_a_log(tmp_path: Path) -> None:
     # A text with headings is chunked whole, so it has its own limit below the file
     # limit; a log of the same size is chunked a segment at a time and passes.
-    monkeypatch.setattr(build_module, "MAX_STRUCTURED_CHARS", 5_000)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "guide.md").write_text("# Guide\n\n" + "Some prose here.\n" * 400)
     (tmp_path / "in" / "app.log").write_text("INFO a log line of prose\n" * 400)
-    store = DocumentStore(tmp_path / "data", TokenCounter(0.27), ingest_roots=[tmp_path / "in"])
+    store = DocumentStore(
+        tmp_path / "data",
+        TokenCounter(0.27),
+        ingest_roots=[tmp_path / "in"],
+        max_structured_chars=5_000,
+    )
     with pytest.raises(InvalidInput, match=r"6,809 characters with headings .* limit is 5,000"):
         store.ingest(file_path="guide.md")
     assert store.all() == []
@@ -126,9 +127,9 @@ CHILD = """
 import logging
 import sys
 from pathlib import Path
-from context_window import wordscan
+from context_window.retrieval import wordscan
 from context_window.documents.store import DocumentStore
-from context_window.termcount import TermCounter
+from context_window.retrieval.termcount import TermCounter
 from context_window.tokens import TokenCounter
 
 def status(key):  # this process's own figures (ru_maxrss would start from the parent's)
@@ -146,8 +147,8 @@ class Peak(logging.Handler):
         if hasattr(record, "peak_kb"):
             chunker.append(record.peak_kb)
 
-logging.getLogger("context_window.segments").addHandler(Peak())
-logging.getLogger("context_window.segments").setLevel(logging.INFO)
+logging.getLogger("context_window.documents.segments").addHandler(Peak())
+logging.getLogger("context_window.documents.segments").setLevel(logging.INFO)
 before = status("VmRSS:")
 store.ingest(file_path=src.name, doc_id="big")
 print(before, status("VmHWM:"), *chunker)

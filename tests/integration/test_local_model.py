@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from context_window.calibration import Calibrator
-from context_window.llm import LLMClient
-from context_window.summarize import Summarizer
+from context_window.llm.calibration import Calibrator
+from context_window.llm.client import LLMClient
+from context_window.llm.summaries import Summarizer
 from context_window.tokens import TokenCounter
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""The README documents every tool the server registers and every command-line flag."""
+"""The README and docs/ document every tool, flag, command and setting, and their links hold."""
 
 from __future__ import annotations
 
@@ -17,8 +17,15 @@ from conftest import client
 from context_window.cli.main import build_parser
 from context_window.config import Settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SettingsFactory = Callable[..., Settings]
+
+
+def documented() -> str:
+    """The README and every page of docs/, as one text."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
 
 
 def mentioned(name: str, text: str) -> bool:
@@ -71,23 +78,23 @@ def test_readme_mentions_every_cli_flag() -> None:
     flags = cli_flags()
     assert {"--data-dir", "--no-llm", "--http", "--no-audit"} <= set(flags)
     assert {"--all", "--json", "--format", "--replace", "--session-id"} <= set(flags)
-    text = README.read_text(encoding="utf-8")
+    text = documented()
     missing = [f for f in flags if not mentioned(f, text)]
-    assert not missing, f"README.md does not document: {', '.join(missing)}"
+    assert not missing, f"README.md and docs/ do not document: {', '.join(missing)}"
 
 
 def test_readme_shows_every_command() -> None:
     commands = cli_commands()
     assert {"serve", "doctor", "sessions", "export", "import"} <= set(commands)
-    text = README.read_text(encoding="utf-8")
+    text = documented()
     missing = [c for c in commands if f"context-window {c}" not in text]
-    assert not missing, f"README.md has no example of: {', '.join(missing)}"
+    assert not missing, f"README.md and docs/ have no example of: {', '.join(missing)}"
 
 
 def test_readme_shows_the_log_lines_a_server_writes(tmp_path: Path) -> None:
     """A real stdio server's stderr, line for line, against "What it logs"."""
-    section = README.read_text(encoding="utf-8").split("### What it logs", 1)[1]
-    section = section.split("\n### ", 1)[0]
+    section = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = section.split("## What it logs", 1)[1].split("\n## ", 1)[0]
     script = (
         "import anyio, mcp, sys\n"
         "async def main():\n"
@@ -125,28 +132,43 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def test_readme_links_point_at_what_is_there() -> None:
-    """Every in-page anchor names a heading; every relative link names a file here."""
-    text = README.read_text(encoding="utf-8")
-    headings = {slug(h) for h in regex.findall(r"(?m)^#{1,6} (.+)$", text)}
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings (outside code blocks)."""
+    text = regex.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+    return {slug(h) for h in regex.findall(r"(?m)^#{1,6} (.+)$", text)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_relative_link_resolves(page: Path) -> None:
+    """Every in-page anchor names a heading; every relative link names a file here, and
+    its anchor a heading of that file."""
+    text = regex.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
     links = regex.findall(r"\]\(([^)\s]+)\)", text)
-    assert links
     for link in links:
-        if link.startswith("#"):
-            assert link[1:] in headings, link
-        elif not regex.match(r"[a-z]+://", link):
-            assert (README.parent / link.split("#")[0]).exists(), link
+        if regex.match(r"[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        assert target.exists(), f"{page.name}: {link}"
+        if anchor:
+            assert anchor in anchors(target), f"{page.name}: {link}"
+
+
+def test_the_link_check_sees_links() -> None:
+    assert len(regex.findall(r"\]\((docs/[^)\s]+)\)", README.read_text(encoding="utf-8"))) >= 9
+
+
+def test_the_readme_stays_short() -> None:
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
 
 
 def test_readme_paths_in_code_are_in_the_repository() -> None:
-    """Repository paths the README names in backticks (examples/…, tests/…, .ci/…) exist."""
-    text = README.read_text(encoding="utf-8")
+    """Repository paths the README and docs/ name in backticks (examples/…, tests/…) exist."""
+    text = documented()
     named = set(
         regex.findall(r"`((?:examples|tests|benchmarks|\.ci|context_window)/[\w./-]+)`", text)
     )
     assert named
     written = ("benchmarks/results/",)  # where benchmark runs write (ignored by git)
-    missing = sorted(
-        p for p in named if not p.startswith(written) and not (README.parent / p).exists()
-    )
+    missing = sorted(p for p in named if not p.startswith(written) and not (ROOT / p).exists())
     assert not missing, missing

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from context_window.chunking import MAX_TRAIL_CHARS
+from context_window.documents.chunking import MAX_TRAIL_CHARS
 from context_window.server.app import build_server
 from context_window.tokens import TokenCounter
 

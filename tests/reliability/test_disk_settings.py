@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from context_window.chunking import check_chunk_settings
+from context_window.config import check_chunk_settings
 from context_window.errors import InvalidInput
 
 from .support import service_for

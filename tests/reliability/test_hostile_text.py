@@ -26,9 +26,9 @@ import json, resource, sys
 import anyio
 resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))
 from context_window.config import Settings
-from context_window.facts import extract
+from context_window.sessions.facts import extract
 from context_window.service import Service
-from context_window.summarize import split_sentences
+from context_window.llm.summaries import split_sentences
 from pathlib import Path
 unit, chars, data_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 text = (unit * (chars // len(unit) + 1))[:chars]

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp import Client
 
+from context_window.retrieval.analyzer import MAX_QUERY_CHARS, MAX_QUERY_TERMS
 from context_window.server.app import build_server
-from context_window.textindex import MAX_QUERY_CHARS, MAX_QUERY_TERMS
 
 from .support import service_for
 

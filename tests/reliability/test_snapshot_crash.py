@@ -62,6 +62,8 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
 
     def start() -> subprocess.Popen[str]:
         (folder / SNAPSHOT).unlink(missing_ok=True)
+        for old in folder.glob("snapshot-*"):
+            shutil.rmtree(old)
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(data)], stdout=subprocess.PIPE, text=True
         )
@@ -69,7 +71,11 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
         return child
 
     def temps() -> list[Path]:
-        return list(folder.glob(f".{SNAPSHOT}.*.tmp"))
+        """What a save in progress has written: its arrays' directory (under a
+        temporary name, then its own) or the temporary file of ``snapshot.json``."""
+        return [*folder.glob(".snapshot-*.tmp"), *folder.glob(f".{SNAPSHOT}.*.tmp")] + [
+            p for p in folder.glob("snapshot-*") if not (folder / SNAPSHOT).exists()
+        ]
 
     def when(ready: Callable[[], object], child: subprocess.Popen[str]) -> float:
         """The moment ``ready()`` first holds, polled while the child runs."""
@@ -104,5 +110,5 @@ def test_a_kill_while_writing_a_snapshot_never_misleads_a_reader(tmp_path: Path)
     # The next save sweeps what killed writers left, and its snapshot is used.
     s = SessionStore(data, TokenCounter(0.27), snapshot_after=None).get("big")
     s.save_snapshot()
-    assert not list(folder.glob(f".{SNAPSHOT}.*.tmp"))
+    assert not list(folder.glob(".snapshot*.tmp")) and len(list(folder.glob("snapshot-*"))) == 1
     assert shown(data)[0] == ENTRIES and shown(data)[1:] == want

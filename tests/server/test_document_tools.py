@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from context_window.config import load_settings
-from context_window.documents.query import CANDIDATE_CHUNKS
+from context_window.documents.ranking import CANDIDATE_CHUNKS
 from context_window.server.app import build_server
 from context_window.service import Service
 

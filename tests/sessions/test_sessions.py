@@ -13,13 +13,13 @@ import pytest
 
 from context_window.config import Settings
 from context_window.errors import FIND_ENTRY, OPEN_SESSION, InvalidInput, NotFound, StorageError
-from context_window.facts import lost_facts
+from context_window.llm.summaries import split_sentences
 from context_window.service import Service
+from context_window.sessions.facts import lost_facts
 from context_window.sessions.session import Session
 from context_window.sessions.state import BATCH_CHARS, BATCH_INDEX
 from context_window.sessions.store import SessionStore
 from context_window.storage import check_id
-from context_window.summarize import split_sentences
 from context_window.tokens import TokenCounter
 
 SettingsFactory = Callable[..., Settings]

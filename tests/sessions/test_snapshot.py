@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -105,11 +106,14 @@ def test_a_snapshot_is_ignored_after_a_purge_or_a_rewrite_in_place(tmp_path: Pat
     build(data)
     folder = data / "sessions" / "s"
     opened(data)
-    kept = (folder / SNAPSHOT).read_bytes()
+    stale = tmp_path / "stale"
+    shutil.copytree(folder, stale)
     s = opened(data)
     s.purge()  # rewrites the journal without the deleted entries, drops the snapshot
     assert not (folder / SNAPSHOT).exists()
-    (folder / SNAPSHOT).write_bytes(kept)  # a stale one, as another process might leave
+    for p in stale.iterdir():  # a stale one, as another process might leave
+        if p.name.startswith("snapshot"):
+            (shutil.copytree if p.is_dir() else shutil.copy)(p, folder / p.name)
     again = opened(data)
     assert again.from_snapshot == 0 and state_of(again) == replayed(data, tmp_path)
     # The journal cut short in place (same file, fewer bytes than the snapshot covers).
@@ -121,20 +125,25 @@ def test_a_snapshot_is_ignored_after_a_purge_or_a_rewrite_in_place(tmp_path: Pat
     assert cut.from_snapshot == 0 and state_of(cut) == replayed(data, tmp_path)
 
 
-def _rewrite_npz(path: Path, change: dict[str, np.ndarray]) -> None:
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays.update(change)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    path.write_bytes(buf.getvalue())
+def _arrays(folder: Path) -> Path:
+    """The directory of arrays that ``snapshot.json`` names."""
+    return folder / json.loads((folder / SNAPSHOT).read_text())["arrays"]
 
 
-def _meta_with(path: Path, **changes: object) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(z["meta"].tobytes())
-    meta.update(changes)
-    return np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+def _rewrite(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    path = _arrays(folder) / f"{name}.npy"
+    np.save(path, change(np.load(path)))
+
+
+def _meta_with(folder: Path, **changes: object) -> None:
+    meta = json.loads((folder / SNAPSHOT).read_text())
+    (folder / SNAPSHOT).write_text(json.dumps({**meta, **changes}))
+
+
+def _swapped(ends: np.ndarray) -> np.ndarray:
+    ends = ends.copy()
+    ends[5], ends[6] = ends[6], ends[5]
+    return ends
 
 
 @pytest.mark.parametrize(
@@ -149,47 +158,68 @@ def _meta_with(path: Path, **changes: object) -> np.ndarray:
         "empty",
         "text ends",
         "role codes",
-        "compressed",
+        "missing array",
+        "missing directory",
+        "pickled",
     ],
 )
 def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) -> None:
     data = tmp_path / "data"
     build(data)
     opened(data)
-    path = data / "sessions" / "s" / SNAPSHOT
+    folder = data / "sessions" / "s"
+    path = folder / SNAPSHOT
     if damage == "truncated":
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        texts = _arrays(folder) / "texts.npy"
+        texts.write_bytes(texts.read_bytes()[: texts.stat().st_size // 2])
     elif damage == "garbage":
         path.write_bytes(b"\x00garbage" * 1000)
     elif damage == "format":
-        _rewrite_npz(path, {"meta": _meta_with(path, format=99)})
+        _meta_with(folder, format=99)
     elif damage == "analyzer":
-        _rewrite_npz(path, {"meta": _meta_with(path, analyzer=-1)})
+        _meta_with(folder, analyzer=-1)
     elif damage == "short column":
-        with np.load(path, allow_pickle=False) as z:
-            _rewrite_npz(path, {"costs": z["costs"][:-1]})
+        _rewrite(folder, "costs", lambda a: a[:-1])
     elif damage == "bad postings":
-        with np.load(path, allow_pickle=False) as z:
-            _rewrite_npz(path, {"ix_docs": z["ix_docs"] + 10**6})
+        _rewrite(folder, "ix_docs", lambda a: a + 10**6)
     elif damage == "text ends":  # the texts would be cut in the wrong places
-        with np.load(path, allow_pickle=False) as z:
-            ends = z["text_ends"].copy()
-        ends[5], ends[6] = ends[6], ends[5]
-        _rewrite_npz(path, {"text_ends": ends})
+        _rewrite(folder, "text_ends", _swapped)
     elif damage == "role codes":
-        with np.load(path, allow_pickle=False) as z:
-            _rewrite_npz(path, {"roles": z["roles"] + 7})
-    elif damage == "compressed":  # a valid .npz, but its members cannot be mapped
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
-        path.write_bytes(buf.getvalue())
+        _rewrite(folder, "roles", lambda a: a + 7)
+    elif damage == "missing array":
+        (_arrays(folder) / "seqs.npy").unlink()
+    elif damage == "missing directory":
+        shutil.rmtree(_arrays(folder))
+    elif damage == "pickled":  # an object array: never unpickled
+        np.save(_arrays(folder) / "seqs.npy", np.array([{"x": 1}] * 3, dtype=object))
     else:
         path.write_bytes(b"")
     again = opened(data)
     assert again.from_snapshot == 0 and state_of(again) == replayed(data, tmp_path)
     assert opened(data).from_snapshot  # the replay saved a good one again
+
+
+def test_an_older_release_snapshot_is_read_once_and_replaced(tmp_path: Path) -> None:
+    # The previous format: the same arrays (and the meta as JSON bytes) in one .npz.
+    data = tmp_path / "data"
+    build(data)
+    opened(data)
+    folder = data / "sessions" / "s"
+    meta = json.loads((folder / SNAPSHOT).read_text())
+    arrays = {p.stem: np.load(p) for p in _arrays(folder).glob("*.npy")}
+    meta = {**meta, "format": 2}
+    del meta["arrays"]
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    shutil.rmtree(_arrays(folder))
+    (folder / SNAPSHOT).unlink()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (folder / "snapshot.npz").write_bytes(buf.getvalue())
+    migrated = opened(data)
+    assert migrated.from_snapshot and state_of(migrated) == replayed(data, tmp_path)
+    assert not (folder / "snapshot.npz").exists() and (folder / SNAPSHOT).is_file()
+    again = opened(data)
+    assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
 
 
 def test_a_calibrated_ratio_recounts_a_snapshots_tokens(tmp_path: Path) -> None:
@@ -252,7 +282,7 @@ def test_a_snapshot_is_read_lazily_and_saved_again_from_its_columns(tmp_path: Pa
     opened(data)  # saves the first snapshot
     s = opened(data, after=40)
     assert s.from_snapshot
-    snap = str(data / "sessions" / "s" / SNAPSHOT)
+    snap = str(_arrays(data / "sessions" / "s"))
     assert snap in Path("/proc/self/maps").read_text()
     assert s._state.records.columns is not None and not s._state.records._held
     for i in range(45):

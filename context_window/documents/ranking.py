@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from context_window.documents.index import Corpus
-from context_window.documents.search import (
+from context_window.documents.answers import (
     Answer,
     Group,
     Scorer,
@@ -16,9 +15,10 @@ from context_window.documents.search import (
     idf_of,
     smooth,
 )
+from context_window.documents.index import Corpus
 from context_window.documents.tables import DocInfo, Tables
 from context_window.models import Hit
-from context_window.textindex import Analyzer
+from context_window.retrieval.analyzer import Analyzer
 from context_window.tokens import TokenCounter
 
 CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if most are shown)

@@ -17,10 +17,10 @@ import anyio
 import regex
 
 from context_window.errors import InvalidInput, UpstreamError
-from context_window.llm import LLMClient
+from context_window.llm.client import LLMClient
 from context_window.models import Summary
 from context_window.packing import pack
-from context_window.textindex import STOP_WORDS
+from context_window.retrieval.analyzer import STOP_WORDS
 from context_window.tokens import TokenCounter, truncate
 
 SINGLE_CALL_TOKENS = 6000  # inputs up to this size go to the model in one call

@@ -27,7 +27,7 @@ import math
 import re
 from collections.abc import Iterator
 from itertools import pairwise
-from typing import NamedTuple, TypeGuard
+from typing import NamedTuple
 
 from context_window.errors import InvalidInput
 from context_window.models import Chunk
@@ -57,7 +57,6 @@ class _Seg(NamedTuple):
     head: bool
 
 
-MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS = 32, 100_000
 # Every chunk carries its heading trail, so a long heading would be copied into each one
 # (a 100k-character heading made chunks.jsonl 37x its source): trails are capped.
 MAX_HEADING_CHARS = 100  # one heading in a trail
@@ -76,58 +75,13 @@ def heading_trail(headings: list[str]) -> str:
     return text
 
 
-MIN_RATIO, MAX_RATIO = 0.01, 4.0
-
-
-def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tuple[int, int, float]:
-    """Chunk size, overlap and token ratio, or InvalidInput naming the first bad one.
-
-    The one rule for every source of these numbers: flags, environment, a document's
-    meta.json read back from disk, an imported export.
-    """
-    if not _is_int(tokens) or not MIN_CHUNK_TOKENS <= tokens <= MAX_CHUNK_TOKENS:
-        raise InvalidInput(
-            f"chunk-tokens must be an integer between {MIN_CHUNK_TOKENS} and "
-            f"{MAX_CHUNK_TOKENS}, not {tokens!r:.40}"
-        )
-    if not _is_int(overlap) or not 0 <= overlap < tokens:
-        raise InvalidInput(
-            f"chunk-overlap must be an integer >= 0 and < chunk-tokens ({tokens}), "
-            f"not {overlap!r:.40}"
-        )
-    if (
-        not isinstance(ratio, int | float)
-        or isinstance(ratio, bool)
-        or not math.isfinite(ratio)
-        or not MIN_RATIO <= ratio <= MAX_RATIO
-    ):
-        raise InvalidInput(
-            f"token-ratio must be a number between {MIN_RATIO} and {MAX_RATIO:g}, not {ratio!r:.40}"
-        )
-    return tokens, overlap, float(ratio)
-
-
-def recorded_chunk_settings(meta: dict[str, object]) -> tuple[int, int, float] | None:
-    """The (chunk tokens, overlap, ratio) a meta.json or export records, if all are valid."""
-    try:
-        return check_chunk_settings(
-            meta.get("chunk_tokens"), meta.get("chunk_overlap"), meta.get("ratio")
-        )
-    except InvalidInput:
-        return None
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def chunk_text(
     text: str, target_tokens: int = 800, overlap_tokens: int = 80, ratio: float = 0.27
 ) -> list[Chunk]:
     """Split ``text`` into ordered chunks of about ``target_tokens`` under heading trails.
 
     The arguments need only make sense to the algorithm (tests use tiny chunks); the
-    bounds a user's or a file's settings must meet are ``check_chunk_settings``.
+    bounds a user's or a file's settings must meet are ``config.check_chunk_settings``.
     """
     if target_tokens < 1:
         raise InvalidInput(f"chunk size must be at least 1 token, not {target_tokens}")

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from context_window.errors import UpstreamError
-from context_window.llm import LLMClient
+from context_window.llm.client import LLMClient
+from context_window.storage import write_json_atomic
 from context_window.tokens import TokenCounter, calibrated_ratio
 
 log = logging.getLogger(__name__)
@@ -172,16 +171,5 @@ class Calibrator:
         return {"ratio": float(ratio), "model": model}
 
     def _write(self, record: dict[str, Any]) -> None:
-        """Store ``record`` atomically: temp file in the same directory, fsync, rename."""
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".tmp", dir=self._path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(record, handle, indent=2)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            Path(tmp).replace(self._path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Store ``record`` atomically (temp file, fsync, rename)."""
+        write_json_atomic(self._path, record)

@@ -26,7 +26,7 @@ import regex
 
 from context_window.models import Chunk, Count, Hit
 from context_window.packing import pack
-from context_window.textindex import K1, NEIGHBOUR_WEIGHT, B
+from context_window.retrieval.bm25 import K1, NEIGHBOUR_WEIGHT, B
 from context_window.tokens import TokenCounter
 
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for

@@ -7,43 +7,35 @@ starts where that chunk started, so the chunks come out as from one call (overla
 included). Cuts fall after a newline byte, which in UTF-8 is always a character
 boundary.
 
-The child (``python -m context_window.segments``) reads the source itself and sends
-back only numbers: for each segment, where it lies and its chunks' rows and byte
-spans. Its stdout is a pipe to this process, never the MCP stream; its stderr a
-temporary file, read if it fails. When it cannot be started, or fails, or sends what
-does not follow on from the last segment, the rest is chunked in this process, from
-where the last good segment left off, into the same rows.
+The child is a one-worker ``ProcessPoolExecutor`` (spawned): it reads each segment
+from the source itself and returns only numbers (where the segment lies, its chunks'
+rows and byte spans), and it chunks the next segment while this process indexes the
+last. When the pool cannot start or breaks (``BrokenProcessPool``: the child was
+killed), or a segment does not follow on from the last, the rest is chunked in this
+process from where the last good segment left off, into the same rows.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import functools
-import json
 import logging
+import multiprocessing
 import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from context_window.chunking import chunk_text
+from context_window.documents.chunking import chunk_text
 from context_window.models import Chunk
 
 I64 = npt.NDArray[np.int64]
 _log = logging.getLogger(__name__)
-# int64s before each segment's rows: its chunks, first and end byte, first character,
-# and where the next begins (byte, character, line)
-_HEADER = 7
-_HELLO = b"cw-seg1\n"  # the child's first bytes: a program that is not it is not trusted
 
 
 Resume = tuple[int, int, int]  # where the next segment begins: byte, character, line
@@ -117,19 +109,6 @@ def byte_spans(text: str, chunks: list[Chunk], first_byte: int = 0) -> I64:
     return np.array(rows, dtype=np.int64).reshape(-1, 2)
 
 
-@functools.cache
-def fix_mmap_threshold() -> None:
-    """Fix glibc's mmap threshold at 1 MiB, once, before a large text is chunked or indexed.
-
-    glibc raises the threshold to the size of the largest mapped block freed (up to 32
-    MiB), after which numpy's per-batch temporaries come from the heap, and the pages
-    they free there stay with the process: a 1 GB log's ingest peaked ~90 MB higher.
-    Fixed, arrays of 1 MiB or more are mapped apart and handed back when freed."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to fix
-            ctypes.CDLL(None).mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
-
-
 @dataclass(frozen=True)
 class Plan:
     """How to chunk a source: its file, length in characters, and the chunk settings."""
@@ -148,85 +127,57 @@ def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
     child fail or be killed, the segments it had not sent are chunked here."""
     resume = _START
     if child:
-        with tempfile.TemporaryFile() as errors:
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "context_window.segments"],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=errors,
-                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-                )
-            except OSError as exc:
-                _log.warning("chunking in this process: no child process (%s)", exc)
-            else:
-                for part in _from_child(proc, plan, errors):
-                    yield part
-                    assert part.after is not None
-                    resume = part.after
+        try:
+            with ProcessPoolExecutor(1, _SPAWN, initializer=_quiet_stdout) as pool:
+                with plan.source.open("rb") as f:
+                    future = pool.submit(_segment_numbers, plan, resume)
+                    while (numbers := future.result()) is not None:
+                        rows, spans, first_byte, end_byte, base, after = numbers
+                        if (first_byte, base) != resume[:2] or not first_byte < after[
+                            0
+                        ] <= end_byte:
+                            raise ValueError(
+                                f"segment at byte {first_byte} does not follow {resume}"
+                            )
+                        future = pool.submit(_segment_numbers, plan, after)  # chunked meanwhile
+                        f.seek(first_byte)
+                        data = f.read(end_byte - first_byte)
+                        yield Part(rows, spans, None, base, first_byte, None, data, after)
+                        resume = after
+                peak = pool.submit(_peak_kb).result()
+            _log.info(  # peak_kb: for whoever measures it (the benchmarks)
+                "chunked %s in a child process: peak RSS %d kB",
+                plan.source,
+                peak,
+                extra={"peak_kb": peak},
+            )
+        except (BrokenProcessPool, OSError, ValueError) as exc:
+            _log.warning(
+                "the chunking process stopped before the last segment (%s: %s); "
+                "chunking the rest in this process",
+                type(exc).__name__,
+                exc,
+            )
     yield from _chunked(plan, resume)  # nothing, when the child chunked every segment
 
 
-def _from_child(proc: subprocess.Popen[bytes], plan: Plan, errors: IO[bytes]) -> Iterator[Part]:
-    """The parts the child sends, each with its text read from the source here."""
-    assert proc.stdin is not None and proc.stdout is not None
-    done = False
-    try:
-        proc.stdin.write(json.dumps(_plan_json(plan)).encode() + b"\n")
-        proc.stdin.close()
-        if proc.stdout.read(len(_HELLO)) != _HELLO:
-            raise ValueError("it did not start as the chunking process does")
-        expected = _START
-        with plan.source.open("rb") as f:
-            while len(header := _read_ints(proc.stdout, _HEADER)):
-                n, first_byte, end_byte, base, *after = header.tolist()
-                if n < 0:  # the end: the child's peak memory, in kB
-                    _log.info(  # peak_kb: for whoever measures it (the benchmarks)
-                        "chunked %s in a child process: peak RSS %d kB",
-                        plan.source,
-                        base,
-                        extra={"peak_kb": base},
-                    )
-                    done = True
-                    break
-                if (first_byte, base) != expected[:2] or not first_byte < after[0] <= end_byte:
-                    raise ValueError(f"segment at byte {first_byte} does not follow {expected}")
-                rows = _read_ints(proc.stdout, 4 * n).reshape(n, 4)
-                spans = _read_ints(proc.stdout, 2 * n).reshape(n, 2)
-                f.seek(first_byte)
-                data = f.read(end_byte - first_byte)
-                expected = (after[0], after[1], after[2])
-                yield Part(rows, spans, None, base, first_byte, None, data, expected)
-        done = done and proc.wait() == 0
-    except (OSError, ValueError) as exc:  # a broken pipe, a torn or stray frame
-        _log.warning("the chunking process's output broke off: %s", exc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        errors.seek(0)
-        err = errors.read()[-2000:].decode("utf-8", "replace").strip()
-    if not done:
-        _log.warning(
-            "the chunking process ended (status %s) before the last segment; "
-            "chunking the rest in this process. %s",
-            proc.returncode,
-            err,
-        )
+_SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked threads or locks
 
 
-def _read_ints(stream: IO[bytes], count: int) -> I64:
-    """``count`` int64s from ``stream``; none at its end (only where a frame begins)."""
-    data = stream.read(8 * count) if count else b""
-    if data and len(data) != 8 * count:
-        raise ValueError("the chunking process stopped in the middle of a frame")
-    ints: I64 = np.frombuffer(data, dtype=np.int64).copy()
-    return ints
+def _quiet_stdout() -> None:
+    """In the child: what it prints goes to stderr, never to an MCP stream on stdout."""
+    os.dup2(2, 1)
 
 
-def _plan_json(plan: Plan) -> dict[str, Any]:
-    return {**dataclasses.asdict(plan), "source": str(plan.source)}
+def _segment_numbers(plan: Plan, resume: Resume) -> tuple[I64, I64, int, int, int, Resume] | None:
+    """In the child: the segment at ``resume`` as numbers (rows, byte spans, first and
+    end byte, first character, where the next begins), or None past the end."""
+    part = next(_chunked(plan, resume), None)
+    if part is None:
+        return None
+    assert part.data is not None and part.after is not None
+    end = part.first_byte + len(part.data)
+    return part.rows, part.spans, part.first_byte, end, part.base, part.after
 
 
 def _chunked(plan: Plan, resume: Resume = _START) -> Iterator[Part]:
@@ -267,29 +218,3 @@ def _peak_kb() -> int:
             return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
     except (OSError, StopIteration, ValueError):
         return 0
-
-
-def _child_main() -> int:
-    """Chunk the plan read from stdin; write each segment's numbers to stdout."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # nothing printed by mistake can reach the pipe
-    fix_mmap_threshold()
-    out.write(_HELLO)
-    fields = json.loads(sys.stdin.readline())
-    plan = Plan(**{**fields, "source": Path(fields["source"])})
-    for part in _chunked(plan):
-        assert part.data is not None and part.after is not None
-        header = np.array(
-            [len(part.rows), part.first_byte, part.first_byte + len(part.data), part.base],
-            dtype=np.int64,
-        )
-        header = np.concatenate([header, np.array(part.after, dtype=np.int64)])
-        out.write(header.tobytes() + part.rows.tobytes() + part.spans.tobytes())
-        out.flush()
-    out.write(np.array([-1, 0, 0, _peak_kb(), 0, 0, 0], dtype=np.int64).tobytes())
-    out.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main())

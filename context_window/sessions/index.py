@@ -1,176 +1,17 @@
-"""Retrieval terms and BM25 ranking (Okapi, as ``rank_bm25.BM25Okapi`` computes it).
-
-Terms are lowercase words; identifiers are indexed whole and by their parts, so
-``getUserName`` yields ``getusername get user name`` and ``blk_38`` yields
-``blk_38 blk 38``. Stop words (one standard English list, which the summarizer
-shares) are dropped, and alphabetic terms are reduced to their Snowball English
-stem (PyStemmer), on the index and the query alike, so "retries" finds "retry".
-Scores follow Robertson's BM25 with k1 = 1.2, b = 0.75 and rank_bm25's floor for
-negative idf (epsilon x the average idf).
-"""
+"""A session's in-memory inverted index: append-only, scored with BM25."""
 
 from __future__ import annotations
 
-import threading
 from array import array
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import regex
-import Stemmer
 
-from context_window.errors import InvalidInput
-
-K1 = 1.2
-B = 0.75
-EPSILON = 0.25
-# Share of the adjacent units' BM25 a unit (session entry, document passage) gains: an
-# answer usually sits next to the turn or line that names its topic.
-NEIGHBOUR_WEIGHT = 0.5
-
-FloatArray = npt.NDArray[np.float64]
-
-_WORD = regex.compile(r"[\w$]+")
-# Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
-# accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
-_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
-# A standard English list of function words (articles, pronouns, auxiliaries, conjunctions,
-# question words and the commonest prepositions). Words that carry meaning in logs and
-# notes ("out" of memory, link "down", power "off", "more" failures) are not on it.
-# Checked on the lowercased word, before stemming.
-STOP_WORDS = frozenset(
-    "a about also am an and are as at be been being but by can could did do does doing for "
-    "from had has have having he her here hers herself him himself his how i if in into is it "
-    "its itself just let may me might must my myself no nor not of on or our ours ourselves "
-    "shall she should so than that the their theirs them themselves then there these they "
-    "this those to too up us was we were what when where which while who whom why will with "
-    "would you your yours yourself yourselves".split()
-)
-_MEMO_LIMIT = 500_000
-MAX_QUERY_CHARS = 2_000
-MAX_QUERY_TERMS = 64
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """How long a query may be, and how many distinct terms it may search for."""
-
-    max_chars: int = MAX_QUERY_CHARS
-    max_terms: int = MAX_QUERY_TERMS
-
+from context_window.retrieval.bm25 import FloatArray, average_idf, idf_values, term_scores
 
 FOLD_POSTINGS = 65_536  # postings added before a MemoryIndex merges them into its base
-# Bumped whenever ``Analyzer`` turns a text into other terms: state saved with the
-# terms of an older analyzer (a session snapshot) is then built again from the text.
-ANALYZER_VERSION = 1
-
-
-class Analyzer:
-    """Turns text into index terms; memoizes identifier splitting per raw word."""
-
-    def __init__(self, limits: QueryLimits | None = None, memo_limit: int = _MEMO_LIMIT) -> None:
-        self.limits = limits or QueryLimits()
-        self._memo: dict[str, tuple[str, ...]] = {}
-        self._memo_limit = memo_limit
-        self._stemmer = Stemmer.Stemmer("english")
-        self._stem_lock = threading.Lock()  # a PyStemmer object is not safe across threads
-
-    def _stem(self, word: str) -> str:
-        """The Snowball stem of an alphabetic word; other terms (ids, numbers) stay whole."""
-        if not word.isalpha():
-            return word
-        with self._stem_lock:
-            return str(self._stemmer.stemWord(word))
-
-    def expand(self, raw: str) -> tuple[str, ...]:
-        """Index terms for one raw word: the whole word, then its identifier parts."""
-        hit = self._memo.get(raw)
-        if hit is not None:
-            return hit
-        if len(self._memo) > self._memo_limit:
-            self._memo.clear()
-        whole = raw.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
-        out: list[str] = []
-        parts = _PART.findall(raw)
-        split = len(parts) > 1 or bool(parts and parts[0].lower() != whole)
-        if len(whole) >= 2 and whole not in STOP_WORDS:
-            # Stemmed even when it is an identifier: "getusername" typed in lower case is
-            # a plain word, and must find the whole of "getUserName".
-            out.append(self._stem(whole))
-        if split:
-            for part in parts:
-                low = part.lower()
-                if len(low) >= 2 and low not in STOP_WORDS and low != whole:
-                    stem = self._stem(low)
-                    if stem not in out:
-                        out.append(stem)
-        result = tuple(out)
-        self._memo[raw] = result
-        return result
-
-    def counts(self, text: str) -> dict[str, int]:
-        """Term frequencies of ``text``."""
-        out: dict[str, int] = {}
-        for raw, n in Counter(_WORD.findall(text)).items():
-            for term in self.expand(raw):
-                out[term] = out.get(term, 0) + n
-        return out
-
-    def terms(self, text: str) -> list[str]:
-        """Index terms of ``text`` in order, repeats kept."""
-        return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
-
-    def query(self, text: str) -> list[str]:
-        """A query's distinct terms, first seen first; InvalidInput past ``limits``.
-
-        The length is checked before any work, so an oversized query costs nothing.
-        """
-        limits = self.limits
-        if len(text) > limits.max_chars:
-            raise InvalidInput(
-                f"query is {len(text):,} characters; the limit is {limits.max_chars:,} "
-                "(max_query_chars): search with a few distinctive words"
-            )
-        terms = list(dict.fromkeys(self.terms(text)))
-        if len(terms) > limits.max_terms:
-            raise InvalidInput(
-                f"query has {len(terms):,} distinct search terms; the limit is "
-                f"{limits.max_terms:,} (max_query_terms): search with fewer words"
-            )
-        return terms
-
-
-def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> FloatArray:
-    """BM25Okapi idf per term, negative ones floored to ``EPSILON * average_idf``."""
-    raw = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
-    return np.where(raw < 0, EPSILON * average_idf, raw)
-
-
-IDF_BLOCK = 1 << 18  # terms whose idf is taken at once (a log has millions of terms)
-
-
-def average_idf(df: npt.NDArray[np.integer[Any]], n_docs: int) -> float:
-    """Mean raw idf over all terms of a corpus (rank_bm25's epsilon reference)."""
-    if len(df) == 0:
-        return 0.0
-    total = 0.0
-    for at in range(0, len(df), IDF_BLOCK):
-        part = df[at : at + IDF_BLOCK].astype(np.float64)
-        total += float(np.sum(np.log(n_docs - part + 0.5) - np.log(part + 0.5)))
-    return total / len(df)
-
-
-def term_scores(
-    tf: npt.NDArray[np.generic], doc_len: npt.NDArray[np.generic], avgdl: float, idf: float
-) -> FloatArray:
-    """One query term's BM25 contribution to each posting."""
-    tf64 = tf.astype(np.float64)
-    norm = K1 * (1.0 - B + B * doc_len.astype(np.float64) / (avgdl or 1.0))
-    return np.asarray(idf * tf64 * (K1 + 1.0) / (tf64 + norm), dtype=np.float64)
 
 
 class MemoryIndex:

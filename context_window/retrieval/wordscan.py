@@ -11,21 +11,19 @@ The loops release the GIL. They never allocate: every array is passed in, and wh
 a text might not fit the room left, the scan stops before it and says where, so the
 caller can grow the arrays (``Scanner`` does) and go on from there.
 
-numba is imported only when a large document is counted: it costs a fifth of a
-second, and the first compilation on a machine a few seconds more (then cached).
+numba is optional (the ``fast`` extra) and imported only when a large document is
+counted: it costs a fifth of a second, and the first compilation on a machine a few
+seconds more (then cached).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import platformdirs
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -40,56 +38,39 @@ _CLASS[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$", 
 _CLASS[np.frombuffer(b"0123456789", np.uint8)] = 1
 _CLASS.flags.writeable = False
 
-_kernels: Any = None
-_failed: list[str] = []  # why the kernels could not be had, once it is known
 _log = logging.getLogger(__name__)
 
 
+@functools.cache
+def compiled_kernels() -> Any:
+    """The compiled kernels (``retrieval.kernels``), or None where they cannot run: numba
+    is an optional extra (``context-window[fast]``), and a broken one is reported once.
+
+    The first call imports numba and compiles the kernels (a few seconds the first time
+    on a machine; then from numba's cache, which the entry point places where this user
+    can write). The numpy path counts the same words, about 2x slower.
+    """
+    try:
+        from context_window.retrieval import kernels  # numba: only when needed
+    except ImportError as exc:
+        _log.info("counting words with numpy (numba is not installed: %s)", exc)
+        return None
+    try:
+        Scanner(np.zeros(NUMBER_DIGITS + 2, dtype=np.uint64), kernels).scan(
+            np.frombuffer(b"warm 42 up", dtype=np.uint8),
+            np.zeros(1, dtype=np.int64),
+            np.full(1, 10, dtype=np.int64),
+            np.zeros(1, dtype=np.int32),
+        )
+    except Exception as exc:  # a broken numba: the numpy path counts the same
+        _log.warning("counting words without the compiled scan: %s: %s", type(exc).__name__, exc)
+        return None
+    return kernels
+
+
 def available() -> bool:
-    """Whether the compiled scan can run here: numba imports, and the kernels compile
-    (the first time on a machine, a few seconds) or load from numba's cache."""
-    if _kernels is None and not _failed:
-        try:
-            _load()
-            Scanner(np.zeros(NUMBER_DIGITS + 2, dtype=np.uint64)).scan(
-                np.frombuffer(b"warm 42 up", dtype=np.uint8),
-                np.zeros(1, dtype=np.int64),
-                np.full(1, 10, dtype=np.int64),
-                np.zeros(1, dtype=np.int32),
-            )
-        except Exception as exc:  # numba missing, or broken: the numpy path counts the same
-            _failed.append(f"{type(exc).__name__}: {exc}")
-            _log.warning("counting words without the compiled scan: %s", _failed[0])
-    return not _failed
-
-
-def _load() -> Any:
-    global _kernels
-    if _kernels is None:
-        # numba caches compiled code beside the source, or refuses to compile when that
-        # folder is read-only (an image, a system install) and there is no home: it
-        # goes where this user can write instead, unless NUMBA_CACHE_DIR says where.
-        os.environ.setdefault("NUMBA_CACHE_DIR", str(_cache_dir()))
-        from context_window import scankernels  # numba: only when needed
-
-        _kernels = scankernels
-    return _kernels
-
-
-def _cache_dir() -> Path:
-    """A folder this user can write for numba's cache: the user cache folder, else one
-    in the temporary folder."""
-    for folder in (
-        Path(platformdirs.user_cache_dir("context-window", appauthor=False)) / "numba",
-        Path(tempfile.gettempdir()) / f"context-window-numba-{getattr(os, 'getuid', str)()}",
-    ):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(folder, os.W_OK):
-            return folder
-    return Path(tempfile.mkdtemp(prefix="context-window-numba-"))
+    """Whether the compiled scan runs here (see :func:`compiled_kernels`)."""
+    return compiled_kernels() is not None
 
 
 class Pairs:
@@ -105,8 +86,8 @@ class Scanner:
     """The arrays of the scan kept from batch to batch: the table of distinct raw
     words (until ``forget_words``) and room for one batch's numbers and pairs."""
 
-    def __init__(self, shorter: U64) -> None:
-        self._k = _load()
+    def __init__(self, shorter: U64, kernels: Any) -> None:
+        self._k = kernels
         self._shorter = shorter
         self._words = np.zeros(3, dtype=np.int64)  # distinct raw words, arena used, texts seen
         self.forget_words()

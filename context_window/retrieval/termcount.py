@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_window import wordscan
-from context_window.textindex import Analyzer
-from context_window.wordscan import NUMBER_DIGITS
+from context_window.retrieval import wordscan
+from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.wordscan import NUMBER_DIGITS
 
 U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
@@ -53,15 +53,22 @@ NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
 _SHORTER = np.array([(10**n - 1) // 9 for n in range(NUMBER_DIGITS + 2)], dtype=np.uint64)
 _SHORTER.flags.writeable = False
 _SHORTER_INT: list[int] = _SHORTER.tolist()
-_RECENT_FLOOR = 65_536
-NUMBER_PIECE = 1 << 20  # keys in one piece of a NumberTable's large part (12 MB)
-WORDS_PER_RUN = 1 << 18  # a counter with a spill folder keeps at most about this many words
 _WORDS_PER_WRITE = 65_536
 _WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
 # A batch of ASCII text at least this long is counted by the compiled scan (wordscan)
 # when numba is there; smaller ones are not worth its import and first compilation.
 SCAN_MIN_CHARS = 1 << 18
-SCAN_WORDS = WORDS_PER_RUN  # the scan's table of raw words is emptied past this many
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much counting holds at once: the defaults suit a 1 GB log; tests make them
+    small to exercise spills and merges on small inputs."""
+
+    words_per_run: int = 1 << 18  # a counter with a spill folder keeps about this many words
+    scan_words: int = 1 << 18  # the scan's table of raw words is emptied past this many
+    number_piece: int = 1 << 20  # keys in one piece of a NumberTable's large part (12 MB)
+    recent_floor: int = 65_536  # a NumberTable's recent part merges from this size on
 
 
 def is_number_term(term: str) -> bool:
@@ -84,10 +91,11 @@ class NumberTable:
     """Ids of number terms by key, in sorted numpy arrays: a recent part, merged once
     it holds a quarter as many into the large part, so that adding a batch's new
     numbers costs work in proportion to the table only now and then. The large part
-    is a run of sorted pieces of at most ``NUMBER_PIECE`` keys, merged one at a time:
-    a merge never copies more than a piece at once."""
+    is a run of sorted pieces of at most ``sizes.number_piece`` keys, merged one at a
+    time: a merge never copies more than a piece at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, sizes: Sizes = Sizes()) -> None:
+        self.sizes = sizes
         self.size = 0
         self._pieces: list[tuple[U64, U32]] = []  # ascending, no key in two
         self._recent = _empty_part()
@@ -108,7 +116,7 @@ class NumberTable:
         self.size += len(fresh)
         self._recent = _merged(self._recent, (uniq[new], fresh))
         held = sum(len(k) for k, _ in self._pieces)
-        if len(self._recent[0]) > max(_RECENT_FLOOR, held // 4):
+        if len(self._recent[0]) > max(self.sizes.recent_floor, held // 4):
             self._fold()
         ids: U32 = out[inverse.ravel()].astype(np.uint32)
         ids |= np.uint32(NUMBER)
@@ -134,11 +142,13 @@ class NumberTable:
             piece, lo, hi = routes.pop()
             merged = _merged(piece, (keys[lo:hi], ids[lo:hi])) if hi > lo else piece
             del piece
-            if len(merged[0]) <= NUMBER_PIECE:
+            if len(merged[0]) <= self.sizes.number_piece:
                 self._pieces.append(merged)
                 continue
-            for at in range(0, len(merged[0]), NUMBER_PIECE):  # copies: a view would keep all
-                cut = slice(at, at + NUMBER_PIECE)
+            for at in range(
+                0, len(merged[0]), self.sizes.number_piece
+            ):  # copies: a view would keep all
+                cut = slice(at, at + self.sizes.number_piece)
                 self._pieces.append((merged[0][cut].copy(), merged[1][cut].copy()))
         self._pieces = [p for p in self._pieces if len(p[0])]
 
@@ -190,13 +200,15 @@ class TermCounter:
         numbers: bool = False,
         spill: Path | None = None,
         scan: bool | None = None,
+        sizes: Sizes = Sizes(),
     ) -> None:
         """``scan``: count ASCII text with the compiled scan (True), never (False), or
         for large batches when numba can be imported (None). It needs ``numbers``."""
         # Its own analyzer needs little memo: this counter remembers each word's ids.
         self.analyzer = analyzer or Analyzer(memo_limit=_MEMO_LIMIT // 4)
         self.vocab: dict[str, int] = {}  # every term but those in ``numbers`` (since a run)
-        self.numbers = NumberTable() if numbers else None
+        self.sizes = sizes
+        self.numbers = NumberTable(sizes) if numbers else None
         self._memo: dict[bytes, tuple[int, ...]] = {}
         self._spill = spill
         self._runs: list[Path] = []
@@ -234,7 +246,7 @@ class TermCounter:
     def _spill_if_full(self) -> None:
         """Spill the words once a run's worth are held: between batches, so that a
         chunk's words all have one id each."""
-        if self._spill is not None and len(self.vocab) >= WORDS_PER_RUN:
+        if self._spill is not None and len(self.vocab) >= self.sizes.words_per_run:
             self._spill_run()
 
     def _spill_run(self) -> None:
@@ -346,8 +358,8 @@ class TermCounter:
         """Counts of the ASCII texts ``buf[starts[i]:ends[i]]`` (chunk ``rows[i]``) by the
         compiled scan: only the raw words it had not seen before become Python strings."""
         if self._scanner is None:
-            self._scanner = wordscan.Scanner(_SHORTER)
-        elif self._scanner.n_words > SCAN_WORDS:
+            self._scanner = wordscan.Scanner(_SHORTER, wordscan.compiled_kernels())
+        elif self._scanner.n_words > self.sizes.scan_words:
             self._forget_raw()
         scanner = self._scanner
         seen = scanner.n_words

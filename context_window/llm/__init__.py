@@ -1,0 +1,1 @@
+"""The local model: the OpenAI-compatible client, calibration and summaries."""

@@ -1,0 +1,127 @@
+"""The analyzer: text to retrieval terms, on the index and the query alike.
+
+Terms are lowercase words; identifiers are indexed whole and by their parts, so
+``getUserName`` yields ``getusername get user name`` and ``blk_38`` yields
+``blk_38 blk 38``. Stop words (one standard English list, which the summarizer
+shares) are dropped, and alphabetic terms are reduced to their Snowball English
+stem (PyStemmer), so "retries" finds "retry".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+import regex
+import Stemmer
+
+from context_window.errors import InvalidInput
+
+_WORD = regex.compile(r"[\w$]+")
+# Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
+# accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
+_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
+# A standard English list of function words (articles, pronouns, auxiliaries, conjunctions,
+# question words and the commonest prepositions). Words that carry meaning in logs and
+# notes ("out" of memory, link "down", power "off", "more" failures) are not on it.
+# Checked on the lowercased word, before stemming.
+STOP_WORDS = frozenset(
+    "a about also am an and are as at be been being but by can could did do does doing for "
+    "from had has have having he her here hers herself him himself his how i if in into is it "
+    "its itself just let may me might must my myself no nor not of on or our ours ourselves "
+    "shall she should so than that the their theirs them themselves then there these they "
+    "this those to too up us was we were what when where which while who whom why will with "
+    "would you your yours yourself yourselves".split()
+)
+_MEMO_LIMIT = 500_000
+MAX_QUERY_CHARS = 2_000
+MAX_QUERY_TERMS = 64
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """How long a query may be, and how many distinct terms it may search for."""
+
+    max_chars: int = MAX_QUERY_CHARS
+    max_terms: int = MAX_QUERY_TERMS
+
+
+# Bumped whenever ``Analyzer`` turns a text into other terms: state saved with the
+# terms of an older analyzer (a session snapshot) is then built again from the text.
+ANALYZER_VERSION = 1
+
+
+class Analyzer:
+    """Turns text into index terms; memoizes identifier splitting per raw word."""
+
+    def __init__(self, limits: QueryLimits | None = None, memo_limit: int = _MEMO_LIMIT) -> None:
+        self.limits = limits or QueryLimits()
+        self._memo: dict[str, tuple[str, ...]] = {}
+        self._memo_limit = memo_limit
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stem_lock = threading.Lock()  # a PyStemmer object is not safe across threads
+
+    def _stem(self, word: str) -> str:
+        """The Snowball stem of an alphabetic word; other terms (ids, numbers) stay whole."""
+        if not word.isalpha():
+            return word
+        with self._stem_lock:
+            return str(self._stemmer.stemWord(word))
+
+    def expand(self, raw: str) -> tuple[str, ...]:
+        """Index terms for one raw word: the whole word, then its identifier parts."""
+        hit = self._memo.get(raw)
+        if hit is not None:
+            return hit
+        if len(self._memo) > self._memo_limit:
+            self._memo.clear()
+        whole = raw.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
+        out: list[str] = []
+        parts = _PART.findall(raw)
+        split = len(parts) > 1 or bool(parts and parts[0].lower() != whole)
+        if len(whole) >= 2 and whole not in STOP_WORDS:
+            # Stemmed even when it is an identifier: "getusername" typed in lower case is
+            # a plain word, and must find the whole of "getUserName".
+            out.append(self._stem(whole))
+        if split:
+            for part in parts:
+                low = part.lower()
+                if len(low) >= 2 and low not in STOP_WORDS and low != whole:
+                    stem = self._stem(low)
+                    if stem not in out:
+                        out.append(stem)
+        result = tuple(out)
+        self._memo[raw] = result
+        return result
+
+    def counts(self, text: str) -> dict[str, int]:
+        """Term frequencies of ``text``."""
+        out: dict[str, int] = {}
+        for raw, n in Counter(_WORD.findall(text)).items():
+            for term in self.expand(raw):
+                out[term] = out.get(term, 0) + n
+        return out
+
+    def terms(self, text: str) -> list[str]:
+        """Index terms of ``text`` in order, repeats kept."""
+        return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
+
+    def query(self, text: str) -> list[str]:
+        """A query's distinct terms, first seen first; InvalidInput past ``limits``.
+
+        The length is checked before any work, so an oversized query costs nothing.
+        """
+        limits = self.limits
+        if len(text) > limits.max_chars:
+            raise InvalidInput(
+                f"query is {len(text):,} characters; the limit is {limits.max_chars:,} "
+                "(max_query_chars): search with a few distinctive words"
+            )
+        terms = list(dict.fromkeys(self.terms(text)))
+        if len(terms) > limits.max_terms:
+            raise InvalidInput(
+                f"query has {len(terms):,} distinct search terms; the limit is "
+                f"{limits.max_terms:,} (max_query_terms): search with fewer words"
+            )
+        return terms

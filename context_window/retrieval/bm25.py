@@ -1,0 +1,51 @@
+"""BM25 (Okapi), as ``rank_bm25.BM25Okapi`` computes it, with the paper's names.
+
+Robertson's BM25 with k1 = 1.2, b = 0.75 and rank_bm25's floor for negative idf
+(epsilon x the average idf).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+K1 = 1.2
+B = 0.75
+EPSILON = 0.25
+# Share of the adjacent units' BM25 a unit (session entry, document passage) gains: an
+# answer usually sits next to the turn or line that names its topic.
+NEIGHBOUR_WEIGHT = 0.5
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def idf_values(df: npt.NDArray[np.int64], n_docs: int, average_idf: float) -> FloatArray:
+    """BM25Okapi idf per term, negative ones floored to ``EPSILON * average_idf``."""
+    raw = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
+    return np.where(raw < 0, EPSILON * average_idf, raw)
+
+
+IDF_BLOCK = 1 << 18  # terms whose idf is taken at once (a log has millions of terms)
+
+
+def average_idf(df: npt.NDArray[np.integer[Any]], n_docs: int) -> float:
+    """Mean raw idf over all terms of a corpus (rank_bm25's epsilon reference)."""
+    if len(df) == 0:
+        return 0.0
+    total = 0.0
+    for at in range(0, len(df), IDF_BLOCK):
+        part = df[at : at + IDF_BLOCK].astype(np.float64)
+        total += float(np.sum(np.log(n_docs - part + 0.5) - np.log(part + 0.5)))
+    return total / len(df)
+
+
+def term_scores(
+    tf: npt.NDArray[np.generic], doc_len: npt.NDArray[np.generic], avgdl: float, idf: float
+) -> FloatArray:
+    """One query term's BM25 contribution to each posting."""
+    tf64 = tf.astype(np.float64)
+    norm = K1 * (1.0 - B + B * doc_len.astype(np.float64) / (avgdl or 1.0))
+    return np.asarray(idf * tf64 * (K1 + 1.0) / (tf64 + norm), dtype=np.float64)
