@@ -1,6 +1,7 @@
 # context-window: MCP server giving small local models an external context buffer.
 #
 #   docker build -t context-window .
+#   podman build --format docker -t context-window .   (OCI format drops HEALTHCHECK)
 #   stdio (default; the MCP host runs this command):
 #     docker run -i --rm -v ctx:/data context-window
 #   Streamable HTTP (bind 0.0.0.0 inside the container, so set a token):

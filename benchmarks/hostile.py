@@ -20,7 +20,7 @@ from context_window.config import Settings
 from context_window.llm.summaries import extractive, split_sentences
 from context_window.service import Service
 from context_window.sessions.facts import extract
-from context_window.sessions.session import MAX_TEXT_CHARS
+from context_window.sessions.records import MAX_TEXT_CHARS
 from context_window.tokens import TokenCounter
 
 # name -> the repeated unit of a crafted note

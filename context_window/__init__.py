@@ -7,6 +7,7 @@ they meet, and only when called (importing the package stays cheap).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ __all__ = ["__version__", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``context-window`` with ``argv``; returns the process exit status."""
+    _stop_on_signals_while_starting()
     from context_window.cli.main import ServerEdge
     from context_window.cli.main import main as run
 
@@ -34,3 +36,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return await costs(settings)
 
     return run(argv, ServerEdge(serve, tool_set_costs))
+
+
+def _stop_on_signals_while_starting() -> None:
+    """SIGTERM or SIGINT before the server installs its own handlers ends the start at
+    once with status 0: as PID 1 of a container a signal with no handler is dropped,
+    and imports and setup take a second or two. Nothing has been written yet."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)

@@ -257,6 +257,11 @@ def shown_default(f: Field[Any], spec: Spec) -> str:
     return f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
 
 
+def default_of(name: str) -> Any:
+    """A setting's declared default."""
+    return Settings.__dataclass_fields__[name].default
+
+
 ENV_VARS: dict[str, str] = {f.name: spec.env for f, spec, _ in declared()}
 
 
@@ -327,10 +332,12 @@ def _validated(s: Settings) -> Settings:
         raise ConfigError(
             f"llm-base-url must start with http:// or https://, not {s.llm_base_url!r}"
         )
-    for root in s.ingest_roots:
-        if not root.is_dir():
-            raise ConfigError(f"ingest root {str(root)!r} is not an existing directory")
-    return s
+    return s  # an ingest root that does not exist is reported at start and by doc_ingest
+
+
+def missing_roots(s: Settings) -> list[Path]:
+    """The ingest roots that are not existing directories on this machine."""
+    return [root for root in s.ingest_roots if not root.is_dir()]
 
 
 def _range_text(spec: Spec) -> str:

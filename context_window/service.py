@@ -19,8 +19,9 @@ from typing import TypeVar
 
 import anyio
 
-from context_window.config import Settings
+from context_window.config import Settings, default_of
 from context_window.documents.answers import Answer
+from context_window.documents.cursors import all_cursors
 from context_window.documents.freshness import SourceState
 from context_window.documents.outline import (
     Outline,
@@ -145,8 +146,13 @@ class Service:
                 api_key=settings.llm_api_key,
                 timeout=settings.llm_timeout,
             )
+            asked = settings.llm_base_url != default_of("llm_base_url") or bool(settings.llm_model)
             self.calibrator = Calibrator(
-                self.llm, self.counter, settings.data_dir / "calibration.json", settings.llm_model
+                self.llm,
+                self.counter,
+                settings.data_dir / "calibration.json",
+                settings.llm_model,
+                failure_level=logging.WARNING if asked else logging.INFO,
             )
             self.calibrator.load_cached()
         self.summarizer = Summarizer(self.counter, self.llm)
@@ -474,7 +480,10 @@ class Service:
         store = self.documents
 
         def work() -> list[Listed]:
-            return [Listed(d, store.source_state(d), store.session_cursors(d)) for d in store.all()]
+            return [
+                Listed(d, store.source_state(d), all_cursors(store.root / d.id))
+                for d in store.all()
+            ]
 
         return await self.run(DOCUMENTS, work)
 

@@ -18,6 +18,19 @@ import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
+# The first message of every MCP session, as a raw client sends it.
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
@@ -42,6 +55,29 @@ class Running:
 
     def log(self) -> str:
         return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def run_cli(
+    *args: str,
+    data: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    **kw: object,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m context_window ARGS`` (with ``--data-dir DATA --no-llm`` when ``data``
+    is given) in a real process: no CTX_* variables but ``env``, stdin at EOF."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    tail = ["--data-dir", str(data), "--no-llm"] if data is not None else []
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "context_window", *args, *tail],
+        env={**base, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kw,
+    )
 
 
 def server_command(*args: str) -> list[str]:

@@ -37,13 +37,10 @@ from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore
 from context_window.documents.tables import chunk_record
 from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.journal import jsonl_line
 from context_window.localtime import time_or_none
 from context_window.sessions.store import SessionStore
-from context_window.storage import (
-    atomic_text,
-    check_id,
-    jsonl_line,
-)
+from context_window.storage import atomic_text, check_id
 from context_window.titles import clean_title
 from context_window.tokens import TokenCounter
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_window.errors import InvalidInput
+from context_window.journal import reject_constant
 from context_window.localtime import local_time
 from context_window.models import Entry
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
-from context_window.storage import reject_constant
 
 SESSION_FORMAT = "context-window/session"
 DOCUMENT_FORMAT = "context-window/document"

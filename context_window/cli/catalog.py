@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from context_window.documents.answers import Answer, search_reserve
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput, StorageError
-from context_window.models import Entry, Hit, SessionInfo, SessionStats
+from context_window.journal import Journal
+from context_window.models import Entry, SessionInfo, SessionStats
 from context_window.retrieval.analyzer import Analyzer
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import Journal, check_id, is_valid_id
+from context_window.storage import check_id, is_valid_id
 from context_window.tokens import TokenCounter
 
 SEARCH_BUDGET = 1 << 40  # search shows matches, not what fits a model's window
@@ -49,7 +51,7 @@ class Found:
     """Search results: matching session entries and document chunks, best first."""
 
     entries: tuple[EntryHit, ...]
-    chunks: tuple[Hit, ...]
+    lines: Answer | None  # the documents' best lines, as doc_search shows them
 
 
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -65,8 +67,9 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
 class Catalog:
     """Sessions and documents of one data dir, for people to read."""
 
-    def __init__(self, data_dir: Path, counter: TokenCounter) -> None:
+    def __init__(self, data_dir: Path, counter: TokenCounter, budget: int = 4000) -> None:
         self.data_dir = data_dir
+        self.budget = budget  # what a document search shows: as much as doc_search would
         self.unreadable: dict[str, str] = {}  # session id -> why it was skipped
         self.damaged: dict[str, str] = {}  # document id -> why a search skipped it
         self.counter = counter
@@ -153,27 +156,40 @@ class Catalog:
                 hits.sort(key=lambda h: (-h.score, -h.entry.seq))
                 entries += hits[:limit]
         entries.sort(key=lambda h: (-h.score, h.session_id, h.entry.seq))
-        chunks: list[Hit] = []
+        lines = None
         if doc_id is not None:
             self.document(doc_id)  # the error for an unknown id names `context-window docs`
-            chunks = self.documents_store.search(query, doc_id, limit)
+            lines = self._answer(query, doc_id, limit)
         elif session_id is None and self.documents():
-            chunks = self._search_documents(query, limit)
-        return Found(tuple(entries[:limit]), tuple(chunks))
+            lines = self._answer_every(query, limit)
+        return Found(tuple(entries[:limit]), lines)
 
-    def _search_documents(self, query: str, limit: int) -> list[Hit]:
-        """The best chunks of every document; one that cannot be searched (a damaged index)
+    def _answer(self, query: str, doc_id: str | None, limit: int) -> Answer | None:
+        """The best lines as doc_search builds them, in the same budget and room."""
+        reserve, _ = search_reserve(self.budget, self.counter.count)
+        return self.documents_store.answer(query, doc_id, limit, self.budget, reserve)
+
+    def _answer_every(self, query: str, limit: int) -> Answer | None:
+        """The best lines of every document; one that cannot be searched (a damaged index)
         is skipped and noted in ``damaged``, so it never hides the others."""
-        store = self.documents_store
         try:
-            return store.search(query, None, limit)
+            return self._answer(query, None, limit)
         except StorageError:
             pass
-        hits: list[Hit] = []
-        for doc in store.all():
+        found: list[Answer] = []
+        for doc in self.documents_store.all():
             try:
-                hits += store.search(query, doc.id, limit)
+                answer = self._answer(query, doc.id, limit)
             except StorageError as exc:
                 self.damaged[doc.id] = str(exc)
-        hits.sort(key=lambda h: (-h.score, h.doc_id, h.chunk.index))
-        return hits[:limit]
+                continue
+            if answer is not None:
+                found.append(answer)
+        hits = sorted((h for a in found for h in a.hits), key=lambda h: -h.score)[:limit]
+        return Answer(
+            tuple(hits),
+            sum(a.chunks_matched for a in found),
+            sum(a.omitted for a in found),
+            max((a.used_tokens for a in found), default=0),
+            self.budget,
+        )

@@ -61,7 +61,7 @@ def _catalog(settings: Settings) -> Catalog:
             f"the data dir {settings.data_dir} does not exist: check --data-dir or "
             "CTX_DATA_DIR (a server creates it on its first start)"
         )
-    return Catalog(settings.data_dir, TokenCounter(settings.token_ratio))
+    return Catalog(settings.data_dir, TokenCounter(settings.token_ratio), settings.budget)
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -129,7 +129,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="ID", help="search only this session")
     p.add_argument("--doc", metavar="ID", help="search only this document")
     p.add_argument(
-        "--limit", metavar="N", type=int, default=10, help="at most N entries and N chunks"
+        "--limit", metavar="N", type=int, default=10, help="at most N entries and N hits"
     )
     _json_flag(p)
 
@@ -226,8 +226,10 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.wording import plural
 
     path = ns.file.expanduser().resolve()
+    if not path.exists():
+        raise ConfigError(f"no such file: {ns.file}")
     if not path.is_file():
-        raise ConfigError(f"{ns.file} is not a file")
+        raise ConfigError(f"{ns.file} is not a regular file (a folder? ingest one file at a time)")
     service = Service(settings.with_changes(ingest_roots=(path.parent,), llm_enabled=False))
     with Meter(f"ingest {path.name}") as meter:
         done = service.documents.ingest(
@@ -260,11 +262,44 @@ def _purge(settings: Settings, ns: argparse.Namespace) -> int:
     return 0
 
 
+def _window_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("doc", metavar="DOC", help="the document id")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--line", metavar="N", type=int, help="open three lines above source line N")
+    where.add_argument("--from", dest="first", metavar="I", type=int, help="the first chunk")
+    p.add_argument("--to", dest="last", metavar="J", type=int, help="the last chunk")
+
+
+def _window(settings: Settings, ns: argparse.Namespace) -> int:
+    from context_window.cli import views
+
+    catalog = _catalog(settings)
+    doc = catalog.document(ns.doc)
+    window = catalog.documents_store.window(
+        doc.id,
+        first=ns.first,
+        last=ns.last,
+        budget=settings.budget,
+        reset=True,  # from the start unless told where: a person's read moves no cursor
+        line=ns.line,
+        label=views.chunk_label,
+        move_cursor=False,
+    )
+    _out(views.window_view(window))
+    return 0
+
+
 DATA_COMMANDS: tuple[Command, ...] = (
     Command("sessions", "list every session, newest first", _sessions, _json_flag),
     Command("show", "print a session's entries in time order", _show, _show_arguments),
     Command("docs", "list every ingested document", _docs, _json_flag),
     Command("search", "search sessions and documents (BM25)", _search, _search_arguments),
+    Command(
+        "window",
+        "page through a document from a line or a chunk, as doc_window does",
+        _window,
+        _window_arguments,
+    ),
     Command(
         "export", "export a session or document as JSONL or Markdown", _export, _export_arguments
     ),

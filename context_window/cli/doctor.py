@@ -23,17 +23,9 @@ import numpy as np
 from context_window.documents.index import NUMBERS_SINCE
 from context_window.documents.tables import INDEX_ARRAYS
 from context_window.errors import StorageError
+from context_window.journal import REWRITE, Journal, parse_line
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
-from context_window.storage import (
-    REWRITE,
-    Journal,
-    is_valid_id,
-    parse_line,
-    read_json,
-    replaced_name,
-    work_is_live,
-    write_access,
-)
+from context_window.storage import is_valid_id, read_json, replaced_name, work_is_live, write_access
 from context_window.wording import plural
 
 

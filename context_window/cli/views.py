@@ -12,9 +12,10 @@ from typing import Any
 
 from context_window.cli.archive_format import entry_flags
 from context_window.cli.catalog import Found, SessionRow
-from context_window.documents.tables import DocInfo
+from context_window.documents.answers import search_header
+from context_window.documents.tables import DocInfo, Window
 from context_window.localtime import local_time
-from context_window.models import Entry, Purged
+from context_window.models import Chunk, Entry, Purged
 from context_window.sessions.session import Session
 from context_window.wording import plural
 
@@ -157,24 +158,56 @@ def _snippet(text: str) -> list[str]:
     return lines
 
 
+# How a person reads on from a hit (doc_search tells the model doc_window instead).
+READ_ON = "Read on from a line: context-window window DOC --line N"
+
+
 def search_view(found: Found) -> str:
-    """Matches grouped by session and by document, best first, with ids to look further."""
+    """Matches grouped by session, best first, then the documents' best lines, numbered,
+    as doc_search shows them to the model."""
     out: list[str] = []
     groups: dict[str, list[str]] = {}
     for h in found.entries:
         group = groups.setdefault(f"session {h.session_id}: {h.session_title}", [])
         head = f"{_entry_head(h.entry)}  (score {h.score:.2f})"
         group += [*_head_lines(head, "  "), *_snippet(h.entry.text)]
-    for c in found.chunks:
-        group = groups.setdefault(f"document {c.doc_id}: {c.title}", [])
-        heading = f" {c.chunk.heading}" if c.chunk.heading else ""
-        group += [f"  [{c.chunk.index}]{heading}  (score {c.score:.2f})", *_snippet(c.chunk.text)]
     for title, lines in groups.items():
         if out:
             out.append("")
         out += [_fit(title, WIDTH), *lines]
+    answer = found.lines
+    if answer is not None and answer.hits:
+        if out:
+            out.append("")
+        header = search_header(
+            len(answer.hits), answer.used_tokens, answer.budget, answer.omitted, answer.short
+        )
+        out += [f"documents: {header}", READ_ON]
+        out += [h.render(answer.short) for h in answer.hits]
     if not out:
         return "no matches"
+    return "\n".join(out)
+
+
+def chunk_label(c: Chunk) -> str:
+    """The line above each chunk of a window: ``[i] heading · line N``."""
+    where = f" · line {c.line}" if c.line else ""
+    return f"[{c.index}] {c.heading}".rstrip() + where
+
+
+def window_view(w: Window) -> str:
+    """A document's chunks in order, each under its label; then where to go on from."""
+    n = w.doc.chunks
+    if not w.chunks:
+        return f"{w.doc.id}: past the end ({n} chunks)"
+    first, last = w.chunks[0].index, w.chunks[-1].index
+    out = [f"{w.doc.id}: {w.doc.title} · chunks {first}-{last} of {n}"]
+    for c in w.chunks:
+        out += ["", chunk_label(c), c.text]
+    if w.truncated:
+        out.append("(cut to the budget: --budget shows more)")
+    if not w.at_end:
+        out += ["", f"next: context-window window {w.doc.id} --from {w.cursor}"]
     return "\n".join(out)
 
 
@@ -221,22 +254,27 @@ def documents_json(docs: Iterable[DocInfo]) -> list[dict[str, Any]]:
 
 
 def search_json(found: Found) -> dict[str, Any]:
-    """Search results as one JSON object: entries and chunks, best first."""
+    """Search results as one JSON object: entries, then the documents' lines, best first."""
     return {
         "entries": [
             {"session_id": h.session_id, "score": h.score, **entry_json(h.entry)}
             for h in found.entries
         ],
-        "chunks": [
+        "lines": [
             {
-                "doc_id": c.doc_id,
-                "title": c.title,
-                "score": c.score,
-                "index": c.chunk.index,
-                "heading": c.chunk.heading,
-                "text": c.chunk.text,
+                "doc_id": h.doc_id,
+                "title": h.title,
+                "score": h.score,
+                "chunk": h.chunk,
+                "heading": h.heading,
+                "first_line": h.first_line,
+                "last_line": h.last_line,
+                "passages": [
+                    {"first": p.first, "last": p.last, "text": p.text, "like": p.like}
+                    for p in h.passages
+                ],
             }
-            for c in found.chunks
+            for h in (found.lines.hits if found.lines is not None else ())
         ],
     }
 

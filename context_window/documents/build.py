@@ -260,7 +260,8 @@ def _decode(
         return decoder.decode(block, final)
     except UnicodeDecodeError as exc:
         start = at - pending + exc.start
-        raise not_utf8(what, start, exc.object[exc.start : exc.start + 4]) from None
+        around = exc.object[max(0, exc.start - 2048) : exc.start + 2048]
+        raise not_utf8(what, start, around) from None
 
 
 def _has_structure(text: str) -> bool:

@@ -3,19 +3,13 @@ the best passages of those chunks within a budget (the line-level answer of ``se
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from context_window.documents.answers import (
-    Answer,
-    Group,
-    Scorer,
-    answer,
-    best_matches,
-    candidate_passages,
-    idf_of,
-    smooth,
-)
+from context_window.documents.answers import Answer, Scored, answer, best_matches
 from context_window.documents.index import Corpus
+from context_window.documents.passages import Group, Scorer, candidate_passages, idf_of, smooth
 from context_window.documents.tables import DocInfo, Tables
 from context_window.models import Hit
 from context_window.retrieval.analyzer import Analyzer
@@ -25,7 +19,15 @@ CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if mos
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 
 
-Ranked = list[tuple[float, int, int]]  # (score, which document, chunk number), best first
+class RankedChunk(NamedTuple):
+    """A chunk as ranked: its score, its document's place in the corpus, its number."""
+
+    score: float
+    doc: int
+    chunk: int
+
+
+Ranked = list[RankedChunk]  # best first
 
 
 def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
@@ -43,13 +45,17 @@ def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
     best = candidates[np.lexsort((candidates, -scores[candidates]))[:limit]]
     owners = np.searchsorted(bases, best, side="right") - 1
     return [
-        (float(scores[g]), int(k), int(g - bases[k])) for g, k in zip(best, owners, strict=True)
+        RankedChunk(float(scores[g]), int(k), int(g - bases[k]))
+        for g, k in zip(best, owners, strict=True)
     ]
 
 
 def hits_of(docs: list[DocInfo], tables: list[Tables], ranked: Ranked) -> list[Hit]:
     """The ranked chunks, read."""
-    return [Hit(docs[k].id, docs[k].title, tables[k].read(i, i)[0], s) for s, k, i in ranked]
+    return [
+        Hit(docs[r.doc].id, docs[r.doc].title, tables[r.doc].read(r.chunk, r.chunk)[0], r.score)
+        for r in ranked
+    ]
 
 
 def best_passages(
@@ -75,11 +81,13 @@ def best_passages(
     # Where does each of the best lines' kind of match first occur? Read the earliest
     # chunks holding all its matched terms (a bounded number) until a line holds them.
     have = {(h.doc_id, h.chunk.index) for h in hits}
-    ranked = [(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
+    ranked = [Scored(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
     probes: list[Group] = []
     reads = 0
     for (doc, matched), _ in best_matches(ranked).items():
-        first = min(p.first for *_, p in ranked if p.doc == doc and set(p.terms) >= matched)
+        first = min(
+            r.first for r in ranked if r.passage.doc == doc and set(r.passage.terms) >= matched
+        )
         index, title = tables[doc].index, next(h.title for h in hits if h.doc_id == doc)
         for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
             if (doc, i) in have or reads >= PROBES:

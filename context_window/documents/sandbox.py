@@ -73,12 +73,21 @@ def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
 
     The three must look the same, or the error becomes an oracle: whether a file exists
     somewhere on the host, or where a link such as /proc/self/cwd points. Only the
-    caller's own text and the roots are named, never the resolved target.
+    caller's own text and the roots are named, never the resolved target. A root that
+    does not exist on this machine (a config copied from elsewhere) is named as such.
     """
+    missing = [str(r) for r in roots if not r.is_dir()]
+    if len(missing) == len(roots):
+        return NotFound(
+            f"no file {file_path!r} can be read: the ingest root "
+            f"{', '.join(missing)} does not exist on this machine",
+            remedy=SET_INGEST_ROOT,
+        )
+    gone = f"; {', '.join(missing)} does not exist on this machine" if missing else ""
     return NotFound(
         f"no readable file {file_path!r} inside the ingest roots "
         f"({', '.join(str(r) for r in roots)}; relative paths are read from {roots[0]}): "
-        "it is missing, or it is outside the ingest roots"
+        f"it is missing, or it is outside the ingest roots{gone}"
     )
 
 
@@ -210,12 +219,25 @@ def decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise not_utf8(what, exc.start, data[exc.start : exc.start + 4]) from None
+        raise not_utf8(what, exc.start, data[max(0, exc.start - 2048) : exc.start + 2048]) from None
 
 
-def not_utf8(what: str, offset: int, bad: bytes) -> InvalidInput:
-    """The error for text that is not UTF-8 at byte ``offset`` (``bad``: the bytes there)."""
-    return InvalidInput(
-        f"{what} is not valid UTF-8: byte offset {offset} ({bad.hex(' ')}); "
-        "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
+    """The error for text that is not UTF-8 at byte ``offset`` (``around``: the bytes near
+    it). The iconv advice is given only when those bytes look like text in another
+    encoding; NUL or other control bytes say the file is not text at all."""
+    binary = b"\x00" in around or sum(b < 32 and b not in _TEXT_CONTROLS for b in around) > (
+        len(around) // 100
     )
+    if binary:
+        return InvalidInput(
+            f"{what} is not text: its bytes near offset {offset} hold NUL or control "
+            "characters, as a binary file's do; only text files can be ingested"
+        )
+    return InvalidInput(
+        f"{what} is not valid UTF-8 at byte offset {offset}; it looks like text in another "
+        "encoding: convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+    )
+
+
+_TEXT_CONTROLS = frozenset(b"\t\n\r\x0c\x1b")  # tab, newlines, form feed, ANSI colours

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -27,19 +27,14 @@ from context_window.documents.build import (
     CHILD_MIN_CHARS,
     MAX_STRUCTURED_CHARS,
     SEGMENT_CHARS,
-    BuildSpec,
-    Copied,
     Progress,
-    build,
-    build_file,
-    copy_source,
-    encode_text,
     no_progress,
     sha256_of,
 )
-from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
-from context_window.documents.freshness import INLINE_SOURCE, SourceState, source_state
+from context_window.documents.cursors import read_cursor, write_cursor
+from context_window.documents.freshness import SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
+from context_window.documents.ingest import ingest, reindex
 from context_window.documents.ranking import (
     CANDIDATE_CHUNKS,
     Ranked,
@@ -47,14 +42,12 @@ from context_window.documents.ranking import (
     hits_of,
     ranked_chunks,
 )
-from context_window.documents.reingest import carry_cursors, chunk_settings, compare
-from context_window.documents.sandbox import open_file
 from context_window.documents.tables import (
     DocInfo,
     Ingested,
-    Kept,
     Tables,
     Window,
+    from_line,
 )
 from context_window.errors import (
     INGEST_FIRST,
@@ -68,26 +61,19 @@ from context_window.models import Chunk, Hit
 from context_window.packing import fit_chunks, leading
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.storage import (
-    Journal,
     check_id,
     file_stamp,
-    new_id,
     read_json,
     recover_replaced,
-    replace_dir,
     replace_lock,
-    storage_error,
     subdirs,
     sweep_work,
-    work_dir,
     write_json_atomic,
 )
-from context_window.titles import check_title, clean_title, first_line
 from context_window.tokens import TokenCounter
 
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 2048 * 1024 * 1024  # files: read from disk, indexed in segments
-COPY_BLOCK = 1 << 20  # a stored source is re-read this much at a time
 LINE_CONTEXT = 3  # lines shown above the one doc_window(line=N) opens at
 SETTLED_NS = 100_000_000  # a listing is reused once the directory is this much older
 COARSE_SETTLED_NS = 3_000_000_000  # the same where mtimes fall on whole seconds (FAT: 2 s)
@@ -117,19 +103,6 @@ def _steady(
         return store.retried(lambda: read(store, *args, **kwargs), again)
 
     return wrapper
-
-
-@dataclass(frozen=True)
-class _Source:
-    """Where an ingest's text comes from, as ``DocumentStore._ingest`` needs it."""
-
-    name: str  # what meta.json's "source" says: the file's resolved path, or INLINE_SOURCE
-    default_title: str
-    max_chars: int
-    mtime_ns: int | None = None  # a file's, recorded to tell when it changes
-    place: Callable[[Path], tuple[str, int]] | None = None  # copies a file in: (sha256, size)
-    sha256: str = ""  # inline text's, known before anything is written
-    size: int = 0
 
 
 def _check_limit(limit: int) -> None:
@@ -163,7 +136,7 @@ class DocumentStore:
         self.max_chars = max_chars
         self.max_file_bytes = max_file_bytes
         self.segment_chars = segment_chars
-        self._large = (child_min_chars, max_structured_chars)  # see BuildSpec
+        self.large = (child_min_chars, max_structured_chars)  # see BuildSpec
         self._lock = threading.RLock()
         self._guarded = False  # whether this process holds the directory lock (see guard)
         self._tables: dict[str, tuple[float, Tables]] = {}
@@ -175,7 +148,7 @@ class DocumentStore:
         self._listed: (
             tuple[tuple[tuple[str, tuple[int, int, int] | None], ...], list[DocInfo]] | None
         ) = None
-        self._analyzer = Analyzer(query_limits)
+        self.analyzer = Analyzer(query_limits)
 
     def recover(self) -> list[str]:
         """Put back every document whose replace a crash interrupted, and remove the work
@@ -192,7 +165,7 @@ class DocumentStore:
         sweep_work(self.root)
         return restored
 
-    def _meta(self, doc_id: str) -> dict[str, Any] | None:
+    def read_meta(self, doc_id: str) -> dict[str, Any] | None:
         """A document's meta.json if it is valid (a copy: callers may change it)."""
         found = self._parsed(doc_id)
         return None if found is None else dict(found[0])
@@ -266,15 +239,15 @@ class DocumentStore:
 
     def unreadable(self) -> list[str]:
         """Ids of document directories ``all`` leaves out: no readable meta.json."""
-        return sorted(name for name in subdirs(self.root) if self._meta(name) is None)
+        return sorted(name for name in subdirs(self.root) if self.read_meta(name) is None)
 
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""
         check_id(doc_id, "doc_id")
-        meta = self._meta(doc_id)
+        meta = self.read_meta(doc_id)
         if meta is None and self.root.is_dir():  # between a replace's two renames? wait for it
             with self.guard():
-                meta = self._meta(doc_id)
+                meta = self.read_meta(doc_id)
         if meta is None:
             known = ", ".join(d.id for d in self.all()[:20]) or "none"
             raise NotFound(f"no document {doc_id!r}; known documents: {known}", remedy=INGEST_FIRST)
@@ -303,7 +276,7 @@ class DocumentStore:
         that another process ingested meanwhile. A forgotten document is never recreated.
         """
         with self.guard():
-            meta = self._meta(doc_id)
+            meta = self.read_meta(doc_id)
             if meta is None:
                 raise NotFound(f"no document {doc_id!r}; it may have been forgotten")
             if expect is not None and meta.get("sha256") != expect:
@@ -322,7 +295,7 @@ class DocumentStore:
                 try:
                     tables = Tables(self.root / doc.id)
                 except OldIndex:
-                    self._reindex(doc)
+                    reindex(self, doc)
                     tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
                 raise StorageError(
@@ -335,7 +308,7 @@ class DocumentStore:
         """The document's meta.json as stored and its source bytes, checked against the
         sha256 (StorageError if they no longer match: the document is damaged)."""
         folder = self.root / doc.id
-        meta = self._meta(doc.id)
+        meta = self.read_meta(doc.id)
         if meta is None:
             raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)
         try:
@@ -363,59 +336,6 @@ class DocumentStore:
                 )
             yield Chunk(i, text[start:end], tokens, start, end, tables.heading(i), line)
 
-    def _reindex(self, doc: DocInfo) -> None:
-        """Rebuild a document written by an older release from its stored source.
-
-        Chunking is unchanged across index versions, so the chunks come out the same
-        and the cursors, chunk summaries and meta.json fields carry over as they are.
-        """
-        folder = self.root / doc.id
-        meta = self._meta(doc.id)
-        if meta is None:
-            raise NotFound(f"no document {doc.id!r}")
-        log.info("re-indexing document %s (written by an older release)", doc.id)
-        tokens, overlap, ratio = chunk_settings(
-            meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
-        )
-        spec = BuildSpec(
-            doc.id,
-            doc.title,
-            doc.source,
-            doc.sha256,
-            tokens,
-            overlap,
-            ratio,
-            (folder / "source.txt").stat().st_size + 1,
-            None,
-            self.segment_chars,
-            *self._large,
-        )
-        with work_dir(self.root, doc.id) as work:
-            try:
-                work.mkdir(parents=True)
-                with (folder / "source.txt").open("rb") as f:  # block by block, as at ingest
-                    blocks = iter(functools.partial(f.read, COPY_BLOCK), b"")
-                    copied = copy_source(blocks, work / "source.txt", doc.source)
-                if doc.sha256 and copied.sha256 != doc.sha256:
-                    raise StorageError(
-                        f"document {doc.id!r} is damaged: source.txt does not match its sha256",
-                        remedy=REINGEST,
-                    )
-                built = build_file(work, spec, copied, stored=True)
-                if built["chunks"] != meta.get("chunks"):
-                    raise StorageError(
-                        f"document {doc.id!r} re-chunked differently; ingest it again"
-                    )
-                for name in ("summaries.jsonl", "cursors"):
-                    if (folder / name).exists():
-                        copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
-                        copy(folder / name, work / name)
-                write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
-                self._commit(work, doc.id)
-            except BaseException:
-                shutil.rmtree(work, ignore_errors=True)
-                raise
-
     def retried(self, first: Callable[[], R], again: Callable[[], R]) -> R:
         """``first()``; if it fails on the files, ``again()`` under ``guard`` (no replace or
         forget can run then) with no cached tables. See ``_steady``."""
@@ -440,9 +360,9 @@ class DocumentStore:
         """Drop every cached table (files of replaced versions may be gone)."""
         with self._lock:
             for doc_id in list(self._tables):
-                self._drop(doc_id)
+                self.drop_cached(doc_id)
 
-    def _drop(self, doc_id: str) -> None:
+    def drop_cached(self, doc_id: str) -> None:
         # Never close the mappings here: a reader in another thread may still be using
         # this table. Its terms.bin and arrays are unmapped when the last reference goes,
         # and a mapping stays valid after its file is renamed or unlinked.
@@ -458,149 +378,14 @@ class DocumentStore:
         *,
         rechunk: bool = False,
     ) -> Ingested:
-        """Ingest inline text or a file under an ingest root; the same doc_id replaces.
-
-        A replacement keeps the chunk settings the document was first ingested with,
-        so unchanged text keeps its chunks; ``rechunk`` uses this store's settings.
-        """
-        started = time.perf_counter()
-        if (text is None) == (file_path is None):
-            raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
-        if doc_id is not None:
-            check_id(doc_id, "doc_id")
-        check_title(title)
-        progress(0.0, "reading")
-        if file_path is not None:
-            with open_file(file_path, self.ingest_roots, self.max_file_bytes) as opened:
-                copied: list[Copied] = []
-
-                def place(work: Path) -> tuple[str, int]:
-                    """Copy the file in, block by block: it is never in memory whole."""
-                    work.mkdir(parents=True)
-                    blocks = opened.blocks(self.max_file_bytes)
-                    copied.append(copy_source(blocks, work / "source.txt", str(opened.path)))
-                    return copied[0].sha256, copied[0].bytes
-
-                def write_file(work: Path, spec: BuildSpec) -> None:
-                    build_file(work, spec, copied[0], progress)
-
-                name, max_chars = str(opened.path), self.max_file_bytes
-                source = _Source(name, opened.path.name, max_chars, opened.mtime_ns, place)
-                return self._ingest(source, title, doc_id, rechunk, write_file, started)
-        assert text is not None
-        if len(text) > self.max_chars:
-            raise InvalidInput(f"text is {len(text):,} characters; the limit is {self.max_chars:,}")
-        holder = [encode_text(text)]
-        digest, size = sha256_of(holder[0]), len(holder[0])
-
-        def write(work: Path, spec: BuildSpec) -> None:
-            build(work, spec, holder, progress)
-
-        source = _Source(INLINE_SOURCE, first_line(text), self.max_chars, None, None, digest, size)
-        return self._ingest(source, title, doc_id, rechunk, write, started)
-
-    def _ingest(
-        self,
-        source: _Source,
-        title: str | None,
-        doc_id: str | None,
-        rechunk: bool,
-        write: Callable[[Path, BuildSpec], None],
-        started: float,
-    ) -> Ingested:
-        """Build a document in a work directory and rename it into place; a text another
-        document holds already, with no doc_id asked for, returns that one instead. A
-        file is first copied into the work directory (``source.place``), which tells its
-        sha256; inline text is checked for a duplicate before anything is written."""
-        digest, size = source.sha256, source.size
-        same = self._same_content(digest, doc_id) if digest else None
-        if same is not None and doc_id is None:
-            return self._reused(same, source, size, started)
-        final_id = doc_id or new_id("d")
-        old_meta = self._meta(final_id) if doc_id is not None else None
-        tokens, overlap, ratio = chunk_settings(
-            None if rechunk else old_meta, self.chunk_tokens, self.chunk_overlap, self.counter.ratio
-        )
-        kept: Kept | None = None
-        made = not self.root.exists()
-        try:
-            with work_dir(self.root, final_id) as work:
-                try:
-                    if source.place is not None:
-                        digest, size = source.place(work)
-                        same = self._same_content(digest, doc_id)
-                        if same is not None and doc_id is None:
-                            shutil.rmtree(work, ignore_errors=True)
-                            return self._reused(same, source, size, started)
-                    spec = BuildSpec(
-                        final_id,
-                        title or clean_title(source.default_title) or final_id,
-                        source.name,
-                        digest,
-                        tokens,
-                        overlap,
-                        ratio,
-                        source.max_chars,
-                        source.mtime_ns,
-                        self.segment_chars,
-                        *self._large,
-                    )
-                    write(work, spec)
-                    if old_meta is not None:
-                        kept = self._carry_over(self.root / final_id, work)
-                    replaced = self._commit(work, final_id)
-                except BaseException:
-                    shutil.rmtree(work, ignore_errors=True)
-                    raise
-        except OSError as exc:  # a full or read-only disk: say so, and leave nothing behind
-            if made:
-                shutil.rmtree(self.root, ignore_errors=True)
-            raise storage_error(exc, f"cannot ingest document {final_id!r}") from exc
-        doc = self.get(final_id)
-        dup = same.id if same is not None else None
-        return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)
-
-    def _same_content(self, digest: str, doc_id: str | None) -> DocInfo | None:
-        """Another document holding the text whose sha256 is ``digest``, if any."""
-        return next((d for d in self.all() if d.sha256 == digest and d.id != doc_id), None)
-
-    def _reused(self, same: DocInfo, source: _Source, size: int, started: float) -> Ingested:
-        """The document that holds this text already; when it came from this very file,
-        its source is recorded as fresh again."""
-        if source.mtime_ns is not None and same.source == source.name:
-            same = self.update_meta(
-                same.id, source_stat={"size": size, "mtime_ns": source.mtime_ns}
-            )
-        took = time.perf_counter() - started
-        return Ingested(same, same.id, reused=True, replaced=False, seconds=took)
-
-    def _carry_over(self, old: Path, work: Path) -> Kept | None:
-        """Compare a replacement with the version it replaces and carry its cursors over."""
-        try:
-            kept = compare(old, work)
-        except (OSError, ValueError, IndexError) as exc:  # a damaged old version: start afresh
-            log.warning("cannot compare %s with its new version: %s", old.name, exc)
-            return None
-        carry_cursors(old, work, kept)
-        return kept
-
-    def _commit(self, work: Path, doc_id: str) -> bool:
-        """Rename a finished build into place, replacing any earlier version."""
-        with self.guard():
-            self._drop(doc_id)
-            try:
-                old = replace_dir(work, self.root / doc_id, locked=True)
-            except OSError as exc:
-                raise StorageError(f"cannot move the new document into place: {exc}") from exc
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return old is not None
+        """Ingest inline text or a file under an ingest root (see ``ingest.ingest``)."""
+        return ingest(self, text, file_path, title, doc_id, progress, rechunk=rechunk)
 
     def forget(self, doc_id: str) -> DocInfo:
         """Delete a document and everything derived from it."""
         doc = self.get(doc_id)
         with self.guard():
-            self._drop(doc_id)
+            self.drop_cached(doc_id)
             trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
             try:
                 (self.root / doc_id).rename(trash)
@@ -621,7 +406,7 @@ class DocumentStore:
     @_steady
     def search(self, query: str, doc_id: str | None = None, limit: int = 10) -> list[Hit]:
         """The best chunks for ``query``: one document's, or every document's, best first."""
-        terms = self._analyzer.query(query or "")
+        terms = self.analyzer.query(query or "")
         if not terms:
             raise InvalidInput(
                 f"query {query!r:.60} has no searchable words (2+ letters or digits, "
@@ -684,7 +469,7 @@ class DocumentStore:
 
         None when the query has no searchable terms.
         """
-        terms = self._analyzer.query(query or "")
+        terms = self.analyzer.query(query or "")
         if not terms:
             return None
         _check_limit(limit)
@@ -696,14 +481,14 @@ class DocumentStore:
         # a higher limit can show more: read twice as many (up to the limit) and redo.
         # Where most do not, their lines repeat those shown, as further chunks' would.
         # When all the chunks ranked fit in the budget together, read them at once.
-        whole = sum(int(tables[k].tokens()[i]) for _, k, i in ranked)
+        whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
         want = len(ranked) if whole <= budget - reserve else CANDIDATE_CHUNKS
         hits: list[Hit] = []
         while True:
             hits += self._hits(docs, tables, ranked[len(hits) : want], doc_id is None)
             shown = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
             found = best_passages(
-                hits, shown, terms, self._analyzer, self.counter, limit, budget, reserve
+                hits, shown, terms, self.analyzer, self.counter, limit, budget, reserve
             )
             if want >= limit or len(hits) < want or 2 * len(found.hits) <= len(hits):
                 return found
@@ -722,6 +507,7 @@ class DocumentStore:
         line: int | None = None,
         label: Callable[[Chunk], str] | None = None,
         reserve: int = 0,
+        move_cursor: bool = True,
     ) -> Window:
         """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor.
 
@@ -729,7 +515,8 @@ class DocumentStore:
         Each chunk costs its text, its ``label`` line and a separator; ``reserve``
         tokens are kept for the caller's header, so the whole answer fits ``budget``.
         With ``session_id`` the cursor is that session's own (see ``doccursors``),
-        else the document's shared cursor in meta.json.
+        else the document's shared cursor in meta.json; ``move_cursor=False`` reads
+        without moving it (a person paging from the command line).
         """
         doc = self.get(doc_id)
         folder = self.root / doc.id
@@ -766,15 +553,15 @@ class DocumentStore:
         fits = leading(costs, room)
         chunks = tables.read(start, start + max(1, fits) - 1)
         if opening is not None:
-            chunks[0] = _from_line(chunks[0], opening)
+            chunks[0] = from_line(chunks[0], opening)
 
         kept, used, truncated = fit_chunks(chunks, room, label, self.counter)
         end = kept[-1].index
-        if session_id is None:
+        if move_cursor and session_id is None:
             doc = self.update_meta(doc.id, expect=doc.sha256, cursor=end + 1)
-        else:
+        elif move_cursor and session_id is not None:
             with self.guard():  # not into a forgotten or a newer version's folder
-                if self._meta(doc.id) is None:
+                if self.read_meta(doc.id) is None:
                     raise NotFound(
                         f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS
                     )
@@ -790,16 +577,12 @@ class DocumentStore:
         last = tables.read(doc.chunks - 1, doc.chunks - 1)[0]
         return max(1, last.line) + last.text.count("\n") - last.text.endswith("\n")
 
-    def session_cursors(self, doc: DocInfo) -> dict[str, int]:
-        """The per-session cursors stored for ``doc``, by session id."""
-        return all_cursors(self.root / doc.id)
-
     def source_state(self, doc: DocInfo) -> SourceState:
         """Whether ``doc``'s source file changed since ingest (see ``docfresh``)."""
         state = source_state(doc, self.ingest_roots, self.max_file_bytes)
         if state.mtime_ns is not None and doc.source_stat is not None:
             with self._lock:  # touched, not changed: record the new mtime so it is hashed once
-                meta = self._meta(doc.id)
+                meta = self.read_meta(doc.id)
                 if meta is not None and meta.get("sha256") == doc.sha256:
                     stat = {"size": doc.source_stat[0], "mtime_ns": state.mtime_ns}
                     self.update_meta(doc.id, source_stat=stat)
@@ -814,35 +597,3 @@ class DocumentStore:
         return [
             (i, tables.heading(i), math.ceil(int(tokens[i]) * scale)) for i in range(doc.chunks)
         ]
-
-    def analyzer_terms(self, text: str) -> list[str]:
-        """Index terms of ``text`` as queries see them."""
-        return self._analyzer.terms(text)
-
-    def chunk_summaries(self, doc: DocInfo) -> dict[int, dict[str, Any]]:
-        """Cached one-line chunk summaries of ``doc`` by chunk index."""
-        journal = Journal(self.root / doc.id / "summaries.jsonl")
-        if not journal.path.exists():
-            return {}
-        with journal.locked():
-            records = journal.read_new()
-        return {int(r["index"]): r for r in records if isinstance(r.get("index"), int)}
-
-    def save_chunk_summaries(self, doc: DocInfo, records: list[dict[str, Any]]) -> None:
-        """Append one-line chunk summaries to the cache."""
-        if not records or not (self.root / doc.id).is_dir():
-            return
-        journal = Journal(self.root / doc.id / "summaries.jsonl")
-        with journal.locked():
-            journal.read_new()
-            journal.write(records)
-
-
-def _from_line(chunk: Chunk, line: int) -> Chunk:
-    """``chunk`` without the lines before source line ``line`` (if it holds them)."""
-    pos = 0
-    for _ in range(line - max(chunk.line, 1)):
-        pos = chunk.text.find("\n", pos) + 1
-        if pos == 0:
-            return chunk
-    return replace(chunk, text=chunk.text[pos:], start=chunk.start + pos, line=line)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
 from context_window.errors import InvalidInput
+from context_window.journal import Journal
 from context_window.llm.summaries import Summarizer
 from context_window.models import Chunk, Summary
 
@@ -81,7 +83,7 @@ def source_text(store: DocumentStore, doc: DocInfo, first: int, last: int) -> tu
     per_chunk = max(1, int(np.median(tokens)))
     want = max(2, min(count, DIRECT_TOKENS // per_chunk))
     even = {int(i) for i in np.linspace(first, last, max(2, want // 2)).round()}
-    scores = tables.index.scores(store.analyzer_terms(SALIENT))[first : last + 1]
+    scores = tables.index.scores(store.analyzer.terms(SALIENT))[first : last + 1]
     ranked = [first + int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
     salient = [i for i in ranked if i not in even][: max(0, want - len(even))]
     picked = sorted(even | set(salient))
@@ -140,7 +142,8 @@ async def chunk_lines(
     store: DocumentStore, summarizer: Summarizer, doc: DocInfo, indices: list[int]
 ) -> dict[int, str]:
     """One-line summaries of the given chunks, from the cache or made now and cached."""
-    cache = store.chunk_summaries(doc)
+    journal = Journal(store.root / doc.id / "summaries.jsonl")
+    cache = _cached_lines(journal)
     fresh = []
     for i in indices:
         if i in cache:
@@ -151,5 +154,17 @@ async def chunk_lines(
         record = {"index": i, "text": line, "method": made.method}
         cache[i] = record
         fresh.append(record)
-    store.save_chunk_summaries(doc, fresh)
+    if fresh and journal.path.parent.is_dir():  # not into a forgotten document's folder
+        with journal.locked():
+            journal.read_new()
+            journal.write(fresh)
     return {i: str(cache[i]["text"]) for i in indices}
+
+
+def _cached_lines(journal: Journal) -> dict[int, dict[str, Any]]:
+    """The cached one-line chunk summaries by chunk index."""
+    if not journal.path.exists():
+        return {}
+    with journal.locked():
+        records = journal.read_new()
+    return {int(r["index"]): r for r in records if isinstance(r.get("index"), int)}

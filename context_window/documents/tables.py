@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -234,3 +234,13 @@ class WindowLayout(Protocol):
     def reserve(self, doc: DocInfo, session_id: str | None, budget: int, count: Count) -> Reserve:
         """The header's widest size, for a window on ``doc``."""
         ...
+
+
+def from_line(chunk: Chunk, line: int) -> Chunk:
+    """``chunk`` without the lines before source line ``line`` (if it holds them)."""
+    pos = 0
+    for _ in range(line - max(chunk.line, 1)):
+        pos = chunk.text.find("\n", pos) + 1
+        if pos == 0:
+            return chunk
+    return replace(chunk, text=chunk.text[pos:], start=chunk.start + pos, line=line)

@@ -70,9 +70,18 @@ class Calibrator:
     """Calibrates a TokenCounter against the model an LLMClient reaches, with a cache file."""
 
     def __init__(
-        self, client: LLMClient, counter: TokenCounter, path: Path, configured_model: str = ""
+        self,
+        client: LLMClient,
+        counter: TokenCounter,
+        path: Path,
+        configured_model: str = "",
+        *,
+        failure_level: int = logging.WARNING,
     ) -> None:
+        """``failure_level``: how loud a failed run is logged (INFO when nobody asked for
+        this endpoint: a default one with no model server behind it is no fault)."""
         self._client = client
+        self._failure_level = failure_level
         self._counter = counter
         self._path = path
         self._configured = configured_model
@@ -99,7 +108,7 @@ class Calibrator:
             log.info("token calibration: %s", self._status)
         except UpstreamError as exc:
             self._status = f"calibration failed: {exc}; keeping {self._counter.describe()}"
-            log.warning("token calibration: %s", self._status)
+            log.log(self._failure_level, "token calibration: %s", self._status)
         except Exception as exc:  # a bug must not take the server down from a background task
             self._status = f"calibration failed unexpectedly: {type(exc).__name__}: {exc}"
             log.exception("token calibration: %s", self._status)

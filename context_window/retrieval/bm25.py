@@ -49,3 +49,25 @@ def term_scores(
     tf64 = tf.astype(np.float64)
     norm = K1 * (1.0 - B + B * doc_len.astype(np.float64) / (avgdl or 1.0))
     return np.asarray(idf * tf64 * (K1 + 1.0) / (tf64 + norm), dtype=np.float64)
+
+
+def smooth_neighbours(
+    scores: npt.NDArray[np.float64], among: npt.NDArray[np.bool_], times: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time.
+
+    Neighbours are the adjacent entries of ``among`` (what recall may return) in
+    time order; entries outside ``among`` keep a score of 0.
+    """
+    out = np.zeros_like(scores)
+    idx = np.flatnonzero(among)
+    if len(idx) == 0:
+        return out
+    if np.any(np.diff(times[idx]) < 0):  # positions are in time order until a compaction
+        idx = idx[np.argsort(times[idx], kind="stable")]
+    own = scores[idx]
+    near = np.zeros_like(own)
+    near[1:] += own[:-1]
+    near[:-1] += own[1:]
+    out[idx] = own + NEIGHBOUR_WEIGHT * near
+    return out

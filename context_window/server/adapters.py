@@ -47,7 +47,7 @@ ADVICE = {
     errors.LIST_DOCUMENTS: "; call doc_list",
     errors.INGEST_FIRST: ". Call doc_list, or doc_ingest it first",
     errors.REINGEST: "; doc_ingest it again or doc_forget it",
-    errors.SET_INGEST_ROOT: ": pass text instead",
+    errors.SET_INGEST_ROOT: ": pass text instead, or ask the user to set an existing ingest root",
 }
 audit_log = logging.getLogger("context_window.audit")
 

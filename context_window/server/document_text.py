@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from context_window.documents.answers import LineHit
+from context_window.documents import answers
 from context_window.documents.freshness import CHANGED, MISSING, SourceState
 from context_window.documents.reingest import describe
 from context_window.documents.summaries import DocSummary
@@ -58,25 +58,8 @@ SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
 
 def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
     """doc_search's first lines: what is shown, the tokens, what did not fit, how to read on."""
-    if terse:  # a budget too small for the full header
-        return f"{plural(hits, 'hit')} · {used}/{budget}"
-    head = f"{plural(hits, 'hit')}, best first · {used}/{budget} tokens"
-    if omitted:
-        head += f" · {omitted} more matching lines not shown"
-    return f"{head}\n{SEARCH_TIP}"
-
-
-def search_reserve(budget: int, count: Count) -> Reserve:
-    """Tokens doc_search keeps for its header (at its widest), and whether it must be terse."""
-    big = int("9" * len(str(budget)))
-    return header_reserve(
-        lambda terse: search_header(big, big, budget, 10**9, terse), budget, count
-    )
-
-
-def render_hit(hit: LineHit, short: bool = False) -> str:
-    """One hit: ``# doc [chunk] heading · lines a-b``, then its passages in line order."""
-    return "\n".join([hit.header(short), *(p.render() for p in hit.passages)])
+    head = answers.search_header(hits, used, budget, omitted, terse)
+    return head if terse else f"{head}\n{SEARCH_TIP}"
 
 
 def window_label(c: Chunk) -> str:
@@ -212,7 +195,7 @@ class SearchText(OutlineText):
 
     def reserve(self, budget: int, count: Count) -> Reserve:
         """The header's widest size."""
-        return search_reserve(budget, count)
+        return answers.search_reserve(budget, count)
 
     def no_match(self, doc_id: str | None) -> str:
         """Nothing matched."""

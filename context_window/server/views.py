@@ -339,7 +339,7 @@ def searched(s: Searched, count: Count) -> CallToolResult:
     if found is None or not found.hits:
         data = {"hits": [], "query": s.query, "omitted": 0, "searchable": found is not None}
         return result(s.instead, data, s.budget, count)
-    body = [dt.render_hit(h, found.short) for h in found.hits]
+    body = [h.render(found.short) for h in found.hits]
     text, used = settle(
         lambda u: "\n\n".join(
             [dt.search_header(len(found.hits), u, s.budget, found.omitted, s.terse), *body]

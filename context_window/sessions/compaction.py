@@ -1,13 +1,16 @@
 """What a compaction folds and what it keeps: the summarizer's input, the facts the
-summary lost (kept beside it, as many as fit), and the outcome's record."""
+summary lost (kept beside it, as many as fit), the outcome's record, and the rule that
+no change may fold a pinned entry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from context_window.errors import UNCOMPACT_FIRST, InvalidInput
 from context_window.models import CompactionPlan, Entry, SessionStats, Summary
 from context_window.packing import leading
 from context_window.sessions.facts import lost_facts
+from context_window.sessions.state import SessionState
 from context_window.tokens import TokenCounter
 
 
@@ -58,3 +61,39 @@ def keep_facts(
 def _render(entry: Entry) -> str:
     tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
     return f"{entry.role}{tags}: {entry.text}"
+
+
+def check_pins(
+    state: SessionState, entry_id: str, pinned: bool | None, deleted: bool | None
+) -> None:
+    """Refuse a change that would fold a pinned entry into a summary.
+
+    Redoing an undone compaction (``deleted=False`` on its summary) folds its
+    originals again: not if one was pinned since, or folded by a later summary.
+    Pinning an entry a live summary folds would leave a pin nobody sees.
+    """
+    rec = state.records[entry_id]
+    if deleted is False and rec["deleted"] and rec["replaces"]:
+        for old in rec["replaces"]:
+            other = state.records.get(old)
+            if other is None:
+                continue
+            if other["pinned"]:
+                raise InvalidInput(
+                    f"cannot redo compaction {entry_id}: entry {old} it folded was pinned "
+                    "since, and pinned entries are never folded; unpin it first"
+                )
+            later = [s for s in state.live_replacers(old) if s != entry_id]
+            if later:
+                raise InvalidInput(
+                    f"cannot redo compaction {entry_id}: entry {old} it folded is now "
+                    f"folded by {later[0]}; undo that one first"
+                )
+    if pinned and rec["superseded"]:
+        folder = (state.live_replacers(entry_id) or ["a summary"])[0]
+        raise InvalidInput(
+            f"entry {entry_id} is folded into {folder}; it can be pinned once that "
+            "compaction is undone",
+            remedy=UNCOMPACT_FIRST,
+            compaction_id=folder,
+        )

@@ -9,8 +9,10 @@ record may stop replay, listing, the CLI or doctor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from context_window.errors import SPLIT_OR_INGEST, InvalidInput
 from context_window.localtime import time_or_none
 
 MAX_SEQ = 2**53  # sequence numbers past this are not numbers a log can reach
@@ -52,3 +54,45 @@ def patch_problem(rec: dict[str, Any]) -> str | None:
         if key in rec and not isinstance(rec[key], bool):
             return f"patch for {rec['id']!s:.40} has a non-boolean {key}"
     return None
+
+
+MAX_TEXT_CHARS = 200_000
+MAX_TAGS = 10
+MAX_TAG_CHARS = 40
+
+
+def check_text(text: str, what: str = "text") -> str:
+    """``text`` if it is a non-empty entry text within the limit, else InvalidInput."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what} must be a non-empty string")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidInput(
+            f"{what} is {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
+            remedy=SPLIT_OR_INGEST,
+        )
+    if "\x00" in text:
+        raise InvalidInput(f"{what} contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: JSON allows it, UTF-8 does not
+        raise InvalidInput(
+            f"{what} has an unpaired surrogate at character {exc.start}; send valid Unicode"
+        ) from None
+    return text
+
+
+def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    """Validated, de-duplicated tags (at most 10, each 1-40 printable characters)."""
+    if not tags:
+        return ()
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags, not {len(tags)}")
+    out: list[str] = []
+    for tag in tags:
+        if not isinstance(tag, str) or not tag.strip() or len(tag) > MAX_TAG_CHARS:
+            raise InvalidInput(f"each tag must be 1-{MAX_TAG_CHARS} characters: {tag!r:.60}")
+        if not tag.isprintable():
+            raise InvalidInput(f"tag {tag!r:.60} has control characters")
+        if tag.strip() not in out:
+            out.append(tag.strip())
+    return tuple(out)

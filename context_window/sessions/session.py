@@ -32,12 +32,12 @@ from context_window.errors import (
     FIND_ENTRY,
     REDO_COMPACTION,
     RETRY,
-    SPLIT_OR_INGEST,
     UNCOMPACT_FIRST,
     InvalidInput,
     NotFound,
     StorageError,
 )
+from context_window.journal import Journal
 from context_window.localtime import time_or_none
 from context_window.models import (
     ROLES,
@@ -50,17 +50,16 @@ from context_window.models import (
 )
 from context_window.packing import pack
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
-from context_window.retrieval.bm25 import NEIGHBOUR_WEIGHT
+from context_window.retrieval.bm25 import smooth_neighbours
 from context_window.sessions import snapshot
+from context_window.sessions.compaction import check_pins
+from context_window.sessions.records import check_tags, check_text
 from context_window.sessions.state import SessionState
-from context_window.storage import Journal, new_id
+from context_window.storage import new_id
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
 
-MAX_TEXT_CHARS = 200_000
-MAX_TAGS = 10
-MAX_TAG_CHARS = 40
 MAX_TTL_DAYS = 36_500
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
 # A compaction folds at most this many tokens of originals (the oldest first): one call
@@ -69,65 +68,7 @@ FOLD_TOKENS = 30_000
 DAY = 86_400.0
 
 
-def smooth_neighbours(
-    scores: npt.NDArray[np.float64], among: npt.NDArray[np.bool_], times: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time.
-
-    Neighbours are the adjacent entries of ``among`` (what recall may return) in
-    time order; entries outside ``among`` keep a score of 0.
-    """
-    out = np.zeros_like(scores)
-    idx = np.flatnonzero(among)
-    if len(idx) == 0:
-        return out
-    if np.any(np.diff(times[idx]) < 0):  # positions are in time order until a compaction
-        idx = idx[np.argsort(times[idx], kind="stable")]
-    own = scores[idx]
-    near = np.zeros_like(own)
-    near[1:] += own[:-1]
-    near[:-1] += own[1:]
-    out[idx] = own + NEIGHBOUR_WEIGHT * near
-    return out
-
-
 Clock = Callable[[], float]
-
-
-def _check_text(text: str, what: str = "text") -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput(f"{what} must be a non-empty string")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidInput(
-            f"{what} is {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
-            remedy=SPLIT_OR_INGEST,
-        )
-    if "\x00" in text:
-        raise InvalidInput(f"{what} contains a NUL character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate: JSON allows it, UTF-8 does not
-        raise InvalidInput(
-            f"{what} has an unpaired surrogate at character {exc.start}; send valid Unicode"
-        ) from None
-    return text
-
-
-def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
-    """Validated, de-duplicated tags (at most 10, each 1-40 printable characters)."""
-    if not tags:
-        return ()
-    if len(tags) > MAX_TAGS:
-        raise InvalidInput(f"at most {MAX_TAGS} tags, not {len(tags)}")
-    out: list[str] = []
-    for tag in tags:
-        if not isinstance(tag, str) or not tag.strip() or len(tag) > MAX_TAG_CHARS:
-            raise InvalidInput(f"each tag must be 1-{MAX_TAG_CHARS} characters: {tag!r:.60}")
-        if not tag.isprintable():
-            raise InvalidInput(f"tag {tag!r:.60} has control characters")
-        if tag.strip() not in out:
-            out.append(tag.strip())
-    return tuple(out)
 
 
 class Session:
@@ -331,7 +272,7 @@ class Session:
         now: float | None = None,
     ) -> Entry:
         """Append one entry and return it; ``ttl_days`` makes an unpinned entry expire."""
-        _check_text(text)
+        check_text(text)
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}; not {role!r:.40}")
         if ttl_days is not None and not (0 < ttl_days <= MAX_TTL_DAYS and math.isfinite(ttl_days)):
@@ -375,43 +316,9 @@ class Session:
             self._catch_up()
             if entry_id not in self._state.records:
                 raise NotFound(f"no entry {entry_id!r} in session {self.id!r}", remedy=FIND_ENTRY)
-            self._check_pins(entry_id, pinned, deleted)
+            check_pins(self._state, entry_id, pinned, deleted)
             self._write([patch])
         return self._entry(entry_id)
-
-    def _check_pins(self, entry_id: str, pinned: bool | None, deleted: bool | None) -> None:
-        """Refuse a change that would fold a pinned entry into a summary.
-
-        Redoing an undone compaction (``deleted=False`` on its summary) folds its
-        originals again: not if one was pinned since, or folded by a later summary.
-        Pinning an entry a live summary folds would leave a pin nobody sees.
-        """
-        state = self._state
-        rec = state.records[entry_id]
-        if deleted is False and rec["deleted"] and rec["replaces"]:
-            for old in rec["replaces"]:
-                other = state.records.get(old)
-                if other is None:
-                    continue
-                if other["pinned"]:
-                    raise InvalidInput(
-                        f"cannot redo compaction {entry_id}: entry {old} it folded was pinned "
-                        "since, and pinned entries are never folded; unpin it first"
-                    )
-                later = [s for s in state.live_replacers(old) if s != entry_id]
-                if later:
-                    raise InvalidInput(
-                        f"cannot redo compaction {entry_id}: entry {old} it folded is now "
-                        f"folded by {later[0]}; undo that one first"
-                    )
-        if pinned and rec["superseded"]:
-            folder = (state.live_replacers(entry_id) or ["a summary"])[0]
-            raise InvalidInput(
-                f"entry {entry_id} is folded into {folder}; it can be pinned once that "
-                "compaction is undone",
-                remedy=UNCOMPACT_FIRST,
-                compaction_id=folder,
-            )
 
     def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
         """The oldest live unpinned entries beyond the ``keep_recent`` most recent ones, as

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.errors import Busy
+from context_window.journal import JournalPosition
 from context_window.retrieval.analyzer import ANALYZER_VERSION, Analyzer
 from context_window.sessions.index import MemoryIndex
 from context_window.sessions.state import (
@@ -43,7 +44,7 @@ from context_window.sessions.state import (
     decode_text,
     encode_text,
 )
-from context_window.storage import JournalPosition, atomic_file, file_lock, read_json
+from context_window.storage import atomic_file, file_lock, read_json
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")

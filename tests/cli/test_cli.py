@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from context_window import __version__
 from context_window.cli.main import build_parser, settings_flags, startup_line
@@ -24,16 +25,7 @@ def run(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
     """``python -m context_window ARGS`` with no CTX_* variables except ``env``; stdin at EOF."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", *args],
-        cwd=cwd,
-        env={**base, **(env or {})},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def test_help_lists_every_flag_of_the_design() -> None:
@@ -59,7 +51,6 @@ def test_version() -> None:
         (["--chunk-tokens", "100", "--chunk-overlap", "100"], {}, "chunk-overlap"),
         (["--chunk-overlap", "900"], {}, "chunk-overlap"),
         (["--transport", "ftp"], {}, "--transport"),
-        (["--ingest-root", "/no/such/dir/here"], {}, "/no/such/dir/here"),
         (["--port", "99999"], {}, "port"),
         (["--llm-base-url", "localhost"], {}, "llm-base-url"),
         ([], {"CTX_BUDGET": "abc"}, "CTX_BUDGET"),
@@ -166,3 +157,24 @@ def test_startup_line_brackets_an_ipv6_bind(tmp_path: Path) -> None:
         {"host": "::1", "transport": "http", "port": 4000, "data_dir": tmp_path}, environ={}
     )
     assert "http://[::1]:4000/mcp" in startup_line(s)
+
+
+def test_doctor_says_which_word_scan_runs(tmp_path: Path) -> None:
+    # As a base install: numba cannot be imported, and doctor names the numpy path.
+    script = (
+        "import sys; sys.modules['numba'] = None\n"
+        "from context_window import main\n"
+        "raise SystemExit(main(['doctor', '--data-dir', sys.argv[1]]))\n"
+    )
+    base = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert base.returncode == 0, base.stderr
+    assert "word scan of large ingests: numpy" in base.stdout
+    assert "context-window[fast]" in base.stdout
+    if importlib.util.find_spec("numba") is not None:  # the fast extra, as CI installs it
+        fast = run("doctor", "--data-dir", str(tmp_path / "d"), timeout=120)
+        assert "word scan of large ingests: compiled (numba" in fast.stdout

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_exchange import SPEC, TRICKY, build_session, cli
+from helpers import run_cli
 
 from context_window.cli.main import build_parser, main, settings_flags
 from context_window.config import Settings, load_settings
 from context_window.service import Service
+
+from .test_exchange import SPEC, TRICKY, build_session, cli
 
 SettingsFactory = Callable[..., Settings]
 
@@ -33,15 +35,7 @@ def filled(settings: SettingsFactory) -> tuple[Settings, dict[str, str]]:
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(*args, timeout=timeout)
 
 
 def test_sessions_lists_newest_first_with_counts(
@@ -299,4 +293,6 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert out.startswith("deploy  1 chunk  ") and "source: /" in out and "Deploy" in out
     assert main(["ingest", str(tmp_path / "missing.log"), "--data-dir", str(data)]) == 2
-    assert "missing.log is not a file" in capsys.readouterr().err
+    assert "no such file: " in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path), "--data-dir", str(data)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err

@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from helpers import server_command
 
 from context_window.cli.progress import DELAY, Meter
@@ -54,13 +53,14 @@ def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
     assert "[########################] 100% 1,000 chunks" in text
 
 
-def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
-    log = tmp_path / "big.log"
-    line = "2026-12-03 10:00:00 INFO worker-7 processed batch 123456 in 42 ms from 10.0.0.1\n"
-    log.write_text(line * 1_600_000)  # ~130 MB: a few seconds of work here
+def test_quick_ingest_on_a_real_terminal_stays_quiet(tmp_path: Path) -> None:
+    # A real pty on stderr: the command sees a terminal, a quick ingest draws nothing
+    # (the bar itself is drawn by the Meter tested above with a clock moved by hand),
+    # and the result goes to stdout, apart.
+    log = tmp_path / "small.log"
+    log.write_text("2026-12-03 10:00:00 INFO worker-7 processed batch 123456 in 42 ms\n" * 200)
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    started = time.monotonic()
     proc = subprocess.Popen(
         server_command("--data-dir", str(tmp_path / "data"), "ingest", str(log)),
         stdout=subprocess.PIPE,
@@ -69,7 +69,7 @@ def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
     )
     os.close(follower)
     seen = b""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         if select.select([leader], [], [], 0.2)[0]:
             try:
@@ -79,11 +79,8 @@ def test_ingest_on_a_real_terminal_draws_a_bar(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=30)
     os.close(leader)
     assert proc.returncode == 0, seen.decode(errors="replace")
-    if time.monotonic() - started < DELAY + 1.0:  # start-up aside, within the quiet spell
-        pytest.skip("this machine ingested the file before any progress was due")
-    assert b"\ringest big.log [" in seen and b"%" in seen
-    assert seen.endswith(b"\n")  # the bar ends its line
-    assert out.decode().startswith("ingested ")  # the result stays on stdout, apart
+    assert b"[" not in seen and b"%" not in seen, seen
+    assert out.decode().startswith("ingested ")
 
 
 def test_export_to_a_pipe_writes_plain_progress_lines(tmp_path: Path) -> None:

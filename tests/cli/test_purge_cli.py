@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 from mcp import Client, StdioServerParameters
 
 from context_window import main
@@ -19,14 +19,7 @@ DAY = 86_400.0
 
 
 def purge(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", "purge", *args, "--data-dir", str(data)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli("purge", *args, "--data-dir", str(data), timeout=60)
 
 
 def test_purge_erases_and_a_dry_run_changes_nothing(

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from context_window.config import ENV_VARS, default_data_dir, load_settings
+from context_window.cli.main import build_parser
+from context_window.config import (
+    ENV_VARS,
+    declared,
+    default_data_dir,
+    load_settings,
+    missing_roots,
+    shown_default,
+)
 from context_window.errors import ConfigError
 
 
@@ -136,7 +146,6 @@ def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ({"token_ratio": 0.0}, {}, "token-ratio"),
         ({"llm_timeout": 0}, {}, "llm-timeout"),
         ({"llm_base_url": "localhost:1234"}, {}, "llm-base-url"),
-        ({"ingest_roots": ["/definitely/not/here"]}, {}, "/definitely/not/here"),
         ({}, {"CTX_BUDGET": "abc"}, "CTX_BUDGET='abc'"),
         ({}, {"CTX_LLM_ENABLED": "maybe"}, "CTX_LLM_ENABLED"),
         ({}, {"CTX_HTTP_PORT": "80.5"}, "CTX_HTTP_PORT"),
@@ -169,3 +178,79 @@ def test_secrets_are_not_in_repr(tmp_path: Path) -> None:
         {"data_dir": tmp_path, "llm_api_key": "sk-XYZ", "http_token": "tok-XYZ"}, environ={}
     )
     assert "XYZ" not in repr(s)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def table_rows(path: Path) -> list[list[str]]:
+    """The cells of the first table that has a ``| flag | env | default`` header."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| flag | env | default"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+        rows.append([c.strip().replace("`", "").replace("\\|", "|") for c in cells])
+    return rows
+
+
+def declarations() -> dict[str, tuple[set[str], str]]:
+    """Per environment variable: the flags that set it and the default as shown."""
+    out = {}
+    for f, spec, _ in declared():
+        flags = {spec.flag, spec.off_flag, *(s for s, _ in spec.shortcuts)} - {None}
+        out[spec.env] = ({str(x) for x in flags}, shown_default(f, spec))
+    return out
+
+
+def test_the_configuration_page_lists_every_setting_as_declared() -> None:
+    rows = table_rows(ROOT / "docs" / "configuration.md")
+    want = declarations()
+    assert sorted(row[1] for row in rows) == sorted(want)
+    for flags, env, default, *_ in rows:
+        assert set(re.findall(r"--[a-z-]+", flags)) == want[env][0], env
+        assert default == want[env][1], env
+
+
+def test_the_readme_table_agrees_with_the_declarations() -> None:
+    rows = table_rows(ROOT / "README.md")
+    want = declarations()
+    assert len(rows) >= 5
+    for flags, envs, defaults, *_ in rows:
+        names = re.findall(r"CTX_[A-Z_]+", envs)
+        shown = defaults.split(", ") if len(names) > 1 else [defaults]
+        assert len(shown) == len(names), envs
+        for env, default in zip(names, shown, strict=True):
+            assert default == want[env][1], env
+        for flag in re.findall(r"--[a-z-]+", flags):
+            assert any(flag in want[env][0] for env in names), flag
+
+
+def test_server_json_describes_variables_as_declared() -> None:
+    server = json.loads((ROOT / "server.json").read_text(encoding="utf-8"))
+    variables = server["packages"][0]["environmentVariables"]
+    assert len(variables) >= 4
+    specs = {spec.env: (f, spec) for f, spec, _ in declared()}
+    for var in variables:
+        f, spec = specs[var["name"]]
+        help_text = spec.help[0].upper() + spec.help[1:]
+        assert var["description"] == f"{help_text} (default {shown_default(f, spec)})"
+
+
+def test_every_declared_setting_has_a_flag_and_parses_from_its_variable() -> None:
+    parser = build_parser()
+    for f, spec, _ in declared():
+        flag = spec.flag or spec.off_flag
+        assert flag is not None and spec.env.startswith("CTX_"), f.name
+        assert flag in parser.format_help(), flag
+
+
+def test_a_missing_ingest_root_is_kept_and_named_not_fatal(tmp_path: Path) -> None:
+    # A config copied from another machine names a folder that is not here: the server
+    # must still start (it says so once), so the root is kept and reported.
+    (tmp_path / "here").mkdir()
+    s = load_settings({"ingest_roots": [tmp_path / "here", "/definitely/not/here"]}, environ={})
+    assert s.ingest_roots == (tmp_path / "here", Path("/definitely/not/here"))
+    assert missing_roots(s) == [Path("/definitely/not/here")]

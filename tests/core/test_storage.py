@@ -13,16 +13,10 @@ from typing import Any
 import pytest
 
 from context_window.errors import InvalidInput
+from context_window.journal import Journal, parse_line
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import (
-    Journal,
-    check_id,
-    new_id,
-    parse_line,
-    read_json,
-    write_json_atomic,
-)
+from context_window.storage import check_id, new_id, read_json, write_json_atomic
 from context_window.tokens import TokenCounter
 
 

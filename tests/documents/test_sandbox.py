@@ -147,7 +147,18 @@ async def test_invalid_utf8_names_the_byte_offset(tmp_path: Path, root: Path) ->
     (root / "latin1.txt").write_bytes(b"caf\xe9 au lait")
     async with serve(tmp_path, [root]) as c:
         msg = await refused(c, file_path="latin1.txt")
-    assert "not valid UTF-8" in msg and "byte offset 3" in msg
+    assert "not valid UTF-8" in msg and "byte offset 3" in msg and "iconv" in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_binary_file_is_named_as_such_without_the_iconv_advice(
+    tmp_path: Path, root: Path
+) -> None:
+    (root / "app.bin").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8)
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="app.bin")
+    assert "is not text" in msg and "binary" in msg and "iconv" not in msg
     nothing_written(tmp_path)
 
 

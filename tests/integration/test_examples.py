@@ -70,13 +70,16 @@ def test_config_parses_and_names_context_window(path: Path) -> None:
             assert absolute or re.match(r"^[A-Za-z]:\\", path_like), path_like
 
 
-def runnable(server: dict[str, Any], tmp: Path) -> tuple[list[str], dict[str, str]]:
-    """The command line a config names, made to run here: its own paths moved under
-    ``tmp``, ``${workspaceFolder}`` filled in, and a docker entry run as the image's
-    entry point (with the image's data dir) since no container engine is assumed."""
+def as_a_host_runs_it(server: dict[str, Any], tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment a config gives, as its host would start it on a
+    new machine: only the command is replaced by the installed executable. The
+    environment is the config's with PATH and an empty HOME (no CTX_* of this machine);
+    ``${workspaceFolder}`` is a fresh folder, as VS Code fills it in. A docker entry
+    runs as the image's entry point (no container engine is assumed here)."""
     command, args = server["command"], list(server.get("args", []))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
-    env.update(server.get("env", {}))
+    home = tmp / "home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), **server.get("env", {})}
     if command == "docker":
         assert args[:2] == ["run", "-i"] and "--rm" in args and "-t" not in args
         image = args.index("context-window")
@@ -85,34 +88,41 @@ def runnable(server: dict[str, Any], tmp: Path) -> tuple[list[str], dict[str, st
         command, args = "context-window", args[image + 1 :]
         env["CTX_DATA_DIR"] = str(tmp / "volume")
     assert Path(command).name == "context-window", command
-    local = Path(sys.executable).with_name("context-window")
-
-    def here(arg: str) -> str:
-        arg = arg.replace("${workspaceFolder}", str(tmp / "workspace"))
-        return str(tmp / "root" / arg.lstrip("/")) if arg.startswith("/") else arg
-
-    args = [here(a) for a in args]
-    for flag, value in itertools.pairwise(args):
-        if flag == "--ingest-root":
-            Path(value).mkdir(parents=True, exist_ok=True)
-    env["CTX_LLM_ENABLED"] = "0"  # no model here: nothing to calibrate against
-    return [str(local), *args], env
+    workspace = tmp / "workspace"
+    workspace.mkdir()
+    args = [a.replace("${workspaceFolder}", str(workspace)) for a in args]
+    return [str(Path(sys.executable).with_name("context-window")), *args], env
 
 
 STARTABLE = [p for p in CONFIGS if "command" in entry(p) and "\\" not in entry(p)["command"]]
 
 
 @pytest.mark.parametrize("path", STARTABLE, ids=lambda p: p.name)
-def test_config_starts_the_server_and_lists_the_tools(path: Path, tmp_path: Path) -> None:
-    command, env = runnable(entry(path), tmp_path)
-    params = mcp.StdioServerParameters(command=command[0], args=command[1:], env=env)
+def test_config_starts_as_given_and_lists_the_tools(path: Path, tmp_path: Path) -> None:
+    # From cwd / with an empty HOME: the ingest roots the example names (someone else's
+    # folders) do not exist here, and the server must start all the same.
+    command, env = as_a_host_runs_it(entry(path), tmp_path)
 
     async def listed() -> set[str]:
+        params = mcp.StdioServerParameters(command=command[0], args=command[1:], env=env, cwd="/")
         with anyio.fail_after(60):
             async with mcp.Client(params) as client:
                 return {t.name for t in (await client.list_tools()).tools}
 
     assert anyio.run(listed) == registered_tools(tmp_path / "truth")
+    # Started again with stdin closed at once: it says once which root is missing.
+    done = subprocess.run(
+        command, input="", env=env, cwd="/", capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    for root in ingest_roots(command):
+        said = done.stderr.count(f"ingest root {root} does not exist on this machine")
+        assert said == (0 if Path(root).is_dir() else 1), done.stderr
+
+
+def ingest_roots(command: list[str]) -> list[str]:
+    """The ``--ingest-root`` values of a command line."""
+    return [value for flag, value in itertools.pairwise(command) if flag == "--ingest-root"]
 
 
 def test_windows_config_uses_escaped_backslashes() -> None:
@@ -138,6 +148,10 @@ def test_docker_doc_has_stdio_and_http_lines() -> None:
     assert re.search(r"-p 127\.0\.0\.1:3001:3001 .*-v ctx:/data", text)
     assert "--http --host 0.0.0.0" in text
     assert "CTX_HTTP_TOKEN" in text
+    # Podman's default OCI format drops HEALTHCHECK: every build line names Docker's format.
+    for doc in (text, (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")):
+        assert "docker build -t context-window ." in doc
+        assert "podman build --format docker -t context-window ." in doc
     blocks = re.findall(r"```json\n(.*?)```", text, flags=re.S)
     assert blocks
     for block in blocks:

@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from context_window.llm.calibration import Calibrator
 from context_window.llm.client import LLMClient
@@ -80,14 +80,6 @@ def notes() -> str:
                 f"Open question: does the {topic} change need a migration for old data dirs?"
             )
     return "\n\n".join(parts)
-
-
-def free_port() -> int:
-    """An unused loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ def test_server_json_names_this_package_and_image_at_this_version() -> None:
     assert kinds["pypi"]["version"] == __version__
     assert kinds["oci"]["identifier"].endswith(f":{__version__}")
     assert all(p["transport"]["type"] == "stdio" for p in entry["packages"])
-    documented = (ROOT / "README.md").read_text(encoding="utf-8")
+    documented = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     for variable in kinds["pypi"]["environmentVariables"]:
         assert variable["name"] in documented, variable["name"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import run_cli
 
 from .support import service_for
 
@@ -58,13 +58,7 @@ SERVED_AROUND = {  # kept, with the time read as unknown
 
 
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", *args, "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, data=data)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from .support import service_for
 
@@ -68,13 +70,7 @@ def _probe(data: Path) -> dict[str, list[object]]:
 
 
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", *args, "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, data=data)
 
 
 def _seed(data: Path) -> None:
@@ -207,3 +203,44 @@ def test_an_unwritable_data_dir_is_one_clear_line_at_start_and_in_doctor(tmp_pat
         (line,) = create.stderr.splitlines()
         assert f"cannot create data dir {ro / 'new'}: Read-only file system" in line
         assert "--data-dir or CTX_DATA_DIR chooses another" in line
+
+
+def _as_an_ordinary_user() -> list[str]:
+    """A command prefix under which permission bits apply: as root, root's power to
+    override them (CAP_DAC_OVERRIDE) is dropped; an ordinary user needs nothing."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be made to apply")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
+def test_a_write_refused_by_permissions_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    # A bind-mounted data dir owned by another uid: a real EACCES, not a stand-in.
+    data = tmp_path / "data"
+    (data / "sessions").mkdir(parents=True)
+    (data / "sessions").chmod(0o555)
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from context_window.config import Settings\n"
+        "from context_window.errors import ContextWindowError\n"
+        "from context_window.service import Service\n"
+        "service = Service(Settings(data_dir=Path(sys.argv[1]), llm_enabled=False))\n"
+        "try:\n    service.sessions.open('notes')\nexcept ContextWindowError as exc:\n"
+        "    print(exc)\n"
+    )
+    try:
+        done = subprocess.run(
+            [*_as_an_ordinary_user(), sys.executable, "-c", script, str(data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        (data / "sessions").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip()
+    assert f"permission denied on {data / 'sessions'}" in said, said
+    assert "uid" in said and "docker run --user" in said
+    assert not (data / "sessions" / "notes").exists()

@@ -215,7 +215,8 @@ def test_cli_doctor_subprocess(data_dir: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert "torn last line" in done.stdout
-    assert done.stdout.splitlines()[-2].startswith("1 problem found")
+    assert done.stdout.splitlines()[-3].startswith("1 problem found")
+    assert done.stdout.splitlines()[-2].startswith("word scan of large ingests: ")
     assert done.stdout.splitlines()[-1].startswith("tool schemas (tools/list): ~")
 
 

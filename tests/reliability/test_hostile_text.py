@@ -5,7 +5,8 @@ The cap is about a hundred times what the linear code needs (see
 ``python -m benchmarks``, "hostile"), and a small fraction of what the quadratic
 code took: a 200,000-character dotted token took minutes in fact extraction, and
 200,000 characters of short sentences took most of a minute to split. A child
-over its cap is killed by SIGXCPU, and the test fails.
+over its cap gets SIGXCPU (the soft limit; the hard one, 10 s later, is a SIGKILL that
+cannot be caught), and the test fails saying so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CHARS = 200_000
 CHILD = """
 import json, resource, sys
 import anyio
-resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))
+resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu} + 10))  # SIGXCPU, then SIGKILL
 from context_window.config import Settings
 from context_window.sessions.facts import extract
 from context_window.service import Service
@@ -63,7 +64,8 @@ def test_a_crafted_note_at_the_limit_is_compacted_in_bounded_cpu(
         timeout=10 * CPU_SECONDS,
         check=False,
     )
-    assert proc.returncode != -signal.SIGXCPU, f"{unit!r} x {CHARS:,}: over {CPU_SECONDS} s CPU"
+    over = (-signal.SIGXCPU, -signal.SIGKILL)
+    assert proc.returncode not in over, f"{unit!r} x {CHARS:,}: over {CPU_SECONDS} s CPU"
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["sentences"] == sentences

@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import INIT, MCP_HEADERS
 
-from .support import HEADERS, INIT, Server, add, snapshot
+from .support import Server, add, snapshot
 
 TOKEN = "s3cret-T0ken"
 BIG = 33 * 1024 * 1024  # over the 32 MiB body limit
@@ -34,10 +35,10 @@ def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def mcp_session(server: Server, auth: dict[str, str]) -> dict[str, str]:
     """Initialize a real MCP session; return the headers a follow-up request needs."""
-    r = server.http.post(server.url + "/mcp", json=INIT, headers={**HEADERS, **auth})
+    r = server.http.post(server.url + "/mcp", json=INIT, headers={**MCP_HEADERS, **auth})
     assert r.status_code == 200, r.text
     headers = {
-        **HEADERS,
+        **MCP_HEADERS,
         **auth,
         "mcp-session-id": r.headers["mcp-session-id"],
         "mcp-protocol-version": "2025-06-18",
@@ -91,7 +92,7 @@ BAD_ORIGINS = [
 def test_bad_host_is_refused(open_server: Server, host: str) -> None:
     headers = mcp_session(open_server, {})
     hostile(open_server, "POST", {421}, json=call("pwned"), headers={**headers, "Host": host})
-    hostile(open_server, "POST", {421}, json=INIT, headers={**HEADERS, "Host": host})
+    hostile(open_server, "POST", {421}, json=INIT, headers={**MCP_HEADERS, "Host": host})
     assert not (open_server.data / "sessions" / "pwned").exists()
 
 
@@ -135,21 +136,23 @@ def test_missing_or_wrong_token_is_refused(token_server: Server, auth: dict[str,
     headers = {k: v for k, v in good.items() if k != "Authorization"} | auth
     r = hostile(token_server, "POST", {401}, json=call("pwned"), headers=headers)
     assert r.headers["www-authenticate"].startswith("Bearer")
-    hostile(token_server, "POST", {401}, json=INIT, headers={**HEADERS, **auth})
-    hostile(token_server, "GET", {401}, headers={**HEADERS, **auth})
+    hostile(token_server, "POST", {401}, json=INIT, headers={**MCP_HEADERS, **auth})
+    hostile(token_server, "GET", {401}, headers={**MCP_HEADERS, **auth})
     hostile(token_server, "DELETE", {401}, headers=headers)
     assert not (token_server.data / "sessions" / "pwned").exists()
 
 
 def test_token_does_not_disable_host_checks_on_loopback(token_server: Server) -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    hostile(token_server, "POST", {421}, json=INIT, headers={**HEADERS, **auth, "Host": "evil.com"})
+    hostile(
+        token_server, "POST", {421}, json=INIT, headers={**MCP_HEADERS, **auth, "Host": "evil.com"}
+    )
     hostile(
         token_server,
         "POST",
         {403},
         json=INIT,
-        headers={**HEADERS, **auth, "Origin": "http://evil.com"},
+        headers={**MCP_HEADERS, **auth, "Origin": "http://evil.com"},
     )
 
 
@@ -176,7 +179,7 @@ def test_oversized_bodies_are_refused(open_server: Server) -> None:
 
 
 def test_oversized_body_without_token_is_refused(token_server: Server) -> None:
-    hostile(token_server, "POST", {401, 413}, content=b" " * BIG, headers=HEADERS)
+    hostile(token_server, "POST", {401, 413}, content=b" " * BIG, headers=MCP_HEADERS)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import anyio
+from helpers import run_cli
 from mcp import Client
 
 from context_window.cli.archive import export_session
@@ -25,13 +26,7 @@ from .support import WRITER, service_for
 
 
 def _doctor(data: Path) -> tuple[int, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "context_window", "doctor", "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli("doctor", data=data)
     return proc.returncode, proc.stdout
 
 

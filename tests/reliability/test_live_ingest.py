@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from helpers import run_cli
 
 from benchmarks import corpus
 
@@ -82,11 +83,5 @@ def test_a_stopped_ingest_is_not_swept_by_a_second_server(tmp_path: Path) -> Non
     folder = docs / "big"
     assert (folder / "source.txt").stat().st_size == log.stat().st_size
     assert len(np.load(folder / "index" / "spans.npy")) == done["chunks"]
-    doctor = subprocess.run(
-        [sys.executable, "-m", "context_window", "doctor", "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    doctor = run_cli("doctor", data=data)
     assert doctor.returncode == 0, doctor.stdout

@@ -6,12 +6,11 @@ Through a real MCP client; doctor runs as its own process on the data dir.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+from helpers import run_cli
 from mcp import Client
 
 from context_window.server.app import build_server
@@ -20,13 +19,7 @@ from .support import service_for
 
 
 def _doctor(data: Path) -> tuple[int, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "context_window", "doctor", "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli("doctor", data=data)
     return proc.returncode, proc.stdout + proc.stderr
 
 

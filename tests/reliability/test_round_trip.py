@@ -9,10 +9,10 @@ and failed to import.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from .support import service_for
 
@@ -37,13 +37,7 @@ ENTRIES = [
 
 
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "context_window", *args, "--data-dir", str(data), "--no-llm"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, data=data)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "md"])

@@ -15,21 +15,22 @@ from pathlib import Path
 import anyio
 import httpx
 import mcp
+from helpers import INIT, MCP_HEADERS
 
-from .support import HEADERS, INIT, Server
+from .support import Server
 
 PER_CLIENT = 4
 FLOOD = 60
 
 
 def _open(http: httpx.Client, url: str) -> str:
-    r = http.post(url, json=INIT, headers=HEADERS)
+    r = http.post(url, json=INIT, headers=MCP_HEADERS)
     assert r.status_code == 200, (r.status_code, r.text[:200])
     return r.headers["mcp-session-id"]
 
 
 def _alive(http: httpx.Client, url: str, sid: str) -> bool:
-    headers = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+    headers = {**MCP_HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
     ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
     r = http.post(url, json=ping, headers=headers)
     assert r.status_code in (200, 404), (r.status_code, r.text[:200])

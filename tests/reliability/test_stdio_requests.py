@@ -18,16 +18,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "stdio-test", "version": "1"},
-    },
-}
+from helpers import INIT
+
 # (raw line, the id it carries, the JSON-RPC error code expected)
 BAD: list[tuple[bytes, Any, int]] = [
     (

@@ -20,10 +20,9 @@ from typing import IO, Any
 
 import httpx
 import pytest
+from helpers import INIT, free_port
 
 from context_window.cli.doctor import audit
-
-from .support import free_port
 
 STOP_SECONDS = 2.0
 
@@ -94,13 +93,7 @@ def test_a_stdio_server_as_pid_one_stops_promptly_with_its_data(
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
-        _send(proc.stdin, {
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "stop-test", "version": "1"},
-            },
-        })  # fmt: skip
+        _send(proc.stdin, INIT)
         assert "result" in _answer(proc.stdout, 1)
         _send(proc.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
         for k, (tool, args) in enumerate(
@@ -152,3 +145,30 @@ def test_an_http_server_as_pid_one_stops_promptly(tmp_path: Path) -> None:
         log.close()
     assert proc.returncode == 0, (tmp_path / "server.log").read_text()[-2000:]
     assert took < STOP_SECONDS, took
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("transport", [[], ["--http", "--port", "0"]])
+def test_a_signal_while_starting_as_pid_one_stops_it_at_once(
+    tmp_path: Path, signum: int, transport: list[str]
+) -> None:
+    # docker stop right after docker run: the signal arrives 0.3 s after the start,
+    # while the server is still importing and setting up, before its own handlers.
+    started = time.monotonic()
+    proc, inner = _as_pid_one(
+        tmp_path / "data",
+        *transport,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None and proc.stdin is not None
+    time.sleep(max(0.0, started + 0.3 - time.monotonic()))
+    try:
+        took = _stopped_within(proc, inner, signum)
+        err = proc.stderr.read().decode()
+    finally:
+        proc.stdin.close()
+        proc.stderr.close()
+    assert proc.returncode == 0, err[-2000:]
+    assert took < 1.0, took

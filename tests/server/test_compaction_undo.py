@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from conftest import SettingsFactory, client
-from test_session_tools import LONG, error, ok
 
 from context_window.service import Service
 from context_window.sessions.session import FOLD_TOKENS
+
+from .test_session_tools import LONG, error, ok
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,12 @@ import pytest
 from conftest import SettingsFactory
 from mcp import Client
 from reliability.support import FixedClock as Clock
-from test_session_tools import error, ok
 
 from context_window.config import Settings
 from context_window.server.app import build_server
 from context_window.service import Service
+
+from .test_session_tools import error, ok
 
 pytestmark = pytest.mark.anyio
 DAY = 86_400.0

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import mcp
 import pytest
-from helpers import Running, http_client, http_server, server_command
+from helpers import INIT, MCP_HEADERS, Running, http_client, http_server, server_command
 from mcp.types import TextContent
 
 from context_window import __version__
@@ -31,18 +31,6 @@ from context_window.server.http import (
     is_wildcard,
     transport_security,
 )
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-test", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def text(result: Any) -> str:

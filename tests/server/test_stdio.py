@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from helpers import INIT
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, TextContent
@@ -110,18 +111,7 @@ class RawServer:
 def test_raw_json_rpc_stdout_carries_only_protocol_messages(tmp_path: Path) -> None:
     server = RawServer(Path("rel-data"), cwd=tmp_path)
     try:
-        server.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "0"},
-                },
-            }
-        )
+        server.send(INIT)
         init = server.response(1)
         assert init["result"]["serverInfo"]["name"] == "context-window"
         server.send({"jsonrpc": "2.0", "method": "notifications/initialized"})

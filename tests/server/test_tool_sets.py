@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from conftest import SettingsFactory, client
 from mcp.shared.exceptions import MCPError
-from test_session_tools import error, ok
 
 from context_window import main
 from context_window.config import load_settings
@@ -19,6 +18,8 @@ from context_window.errors import ConfigError
 from context_window.server.app import build_server, slim_schema, tool_costs
 from context_window.service import Service
 from context_window.tokens import estimate
+
+from .test_session_tools import error, ok
 
 pytestmark = pytest.mark.anyio
 SCHEMA_BUDGET = 2_500

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from openai_fake import FakeOpenAI
 
+from context_window.config import load_settings
 from context_window.llm.calibration import LONG_SAMPLES, SAMPLES, Calibrator, calibration_prompts
 from context_window.llm.client import LLMClient
+from context_window.service import Service
 from context_window.tokens import TokenCounter
 
 
@@ -230,3 +233,26 @@ async def test_unwritable_cache_still_calibrates(fake: FakeOpenAI, tmp_path: Pat
     counter, status = await calibrate(fake, blocker)
     assert counter.source == "calibrated"
     assert "(not saved:" in status
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [({}, logging.INFO), ({"llm_base_url": "http://127.0.0.1:9/v1"}, logging.WARNING)],
+)
+async def test_a_failed_calibration_warns_only_for_an_endpoint_asked_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, flags: dict[str, str], level: int
+) -> None:
+    # Every start without a model server would otherwise log a WARNING nobody can act on.
+    if flags == {}:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", 1234)) == 0:
+                pytest.skip("something listens on the default endpoint's port here")
+    service = Service(load_settings({"data_dir": tmp_path / "data", **flags}, environ={}))
+    try:
+        with caplog.at_level(logging.INFO, logger="context_window"):
+            await service.calibrate()
+    finally:
+        await service.aclose()
+    (record,) = [r for r in caplog.records if "token calibration" in r.getMessage()]
+    assert "calibration failed" in record.getMessage() and record.levelno == level

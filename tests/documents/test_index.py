@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from context_window.documents.answers import (
+from context_window.documents.index import (
+    IN_MEMORY_BYTES,
+    Corpus,
+    DocIndex,
+    IndexBuilder,
+    score_all,
+)
+from context_window.documents.passages import (
     _VARIABLE,
     _VARIABLE_ASCII,
     Scorer,
@@ -19,13 +26,6 @@ from context_window.documents.answers import (
     _distances,
     shape,
     word_count,
-)
-from context_window.documents.index import (
-    IN_MEMORY_BYTES,
-    Corpus,
-    DocIndex,
-    IndexBuilder,
-    score_all,
 )
 from context_window.retrieval import wordscan
 from context_window.retrieval.analyzer import Analyzer

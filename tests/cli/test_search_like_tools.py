@@ -1,0 +1,64 @@
+"""The command line answers like the tools: `search` shows the lines doc_search shows the
+model, numbered and best first, and `window --line N` opens where doc_window(line=N) does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import SettingsFactory, client
+from helpers import run_cli
+from mcp.types import CallToolResult, TextContent
+
+from context_window.cli.views import READ_ON
+from context_window.documents.answers import tip_fits
+from context_window.server.document_text import SEARCH_TIP
+
+LOGHUB = Path(__file__).resolve().parents[3] / "shared" / "data" / "loghub"
+if not LOGHUB.is_dir():
+    LOGHUB = Path("/work/shared/data/loghub")
+NUMBERED = re.compile(r"(?m)^\d+(?:-\d+)?: .*$")
+QUERIES = [
+    "PacketResponder terminating",
+    "Deleting block",
+    "addStoredBlock blockMap updated 10.251.73.220",
+    "Exception",
+    "Receiving block src dest",
+]
+
+
+def text_of(result: CallToolResult) -> str:
+    assert not result.is_error, result.content
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def test_both_edges_tips_fit_the_room_the_header_keeps() -> None:
+    assert tip_fits(SEARCH_TIP) and tip_fits(READ_ON)
+
+
+@pytest.mark.anyio
+async def test_search_shows_the_lines_doc_search_shows(settings: SettingsFactory) -> None:
+    if not LOGHUB.is_dir():
+        pytest.skip(f"loghub samples not found at {LOGHUB}")
+    s = settings(ingest_roots=[LOGHUB / "HDFS"])
+    tool_lines, tool_windows = {}, {}
+    async with client(s) as c:
+        text_of(await c.call_tool("doc_ingest", {"file_path": "HDFS_2k.log", "doc_id": "hdfs"}))
+        for query in QUERIES:
+            found = text_of(await c.call_tool("doc_search", {"query": query, "doc_id": "hdfs"}))
+            tool_lines[query] = NUMBERED.findall(found)
+        for line in (1, 500, 1999):
+            shown = text_of(await c.call_tool("doc_window", {"doc_id": "hdfs", "line": line}))
+            tool_windows[line] = shown.split("\n[", 1)[1]
+    for query in QUERIES:
+        done = run_cli("search", query, "--doc", "hdfs", data=s.data_dir)
+        assert done.returncode == 0, done.stderr
+        assert tool_lines[query], query
+        assert NUMBERED.findall(done.stdout) == tool_lines[query], query
+    for line, shown in tool_windows.items():
+        done = run_cli("window", "hdfs", "--line", str(line), data=s.data_dir)
+        assert done.returncode == 0, done.stderr
+        first_chunk = shown.split("\n\n[", 1)[0]
+        first_chunk = first_chunk.replace("\r\n", "\n").replace("\r", "\n")  # as text=True reads
+        assert f"\n[{first_chunk}" in done.stdout, line

@@ -1,0 +1,54 @@
+"""The analyzer: identifiers split, stop words dropped, Snowball stems on index and query."""
+
+from __future__ import annotations
+
+import pytest
+
+from context_window.retrieval.analyzer import STOP_WORDS, Analyzer
+
+# --- tokenizer ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("getUserName", ["getusernam", "get", "user", "name"]),
+        ("getusername", ["getusernam"]),
+        ("snake_case_name", ["snake_case_name", "snake", "case", "name"]),
+        ("HTTPServer", ["httpserver", "http", "server"]),
+        ("parseHTTPResponse2", ["parsehttpresponse2", "pars", "http", "respons"]),
+        ("blk_ blk_-42", ["blk", "blk", "42"]),
+        ("__init__", ["init"]),
+        ("blk_38 v2", ["blk_38", "blk", "38", "v2"]),
+        ("abc123", ["abc123", "abc", "123"]),
+        ("The cat and the HAT", ["cat", "hat"]),
+        ("a x I is 42 7", ["42"]),
+        ("isValid", ["isvalid", "valid"]),
+        ("$scope", ["$scope", "scope"]),
+        ("Straße naïve", ["straße", "naïv"]),
+        ("ÉcoleNormale", ["écolenormal", "école", "normal"]),
+        ("日本語テキスト", ["日本語テキスト"]),
+        ("", []),
+    ],
+)
+def test_terms(text: str, expected: list[str]) -> None:
+    assert Analyzer().terms(text) == expected
+
+
+def test_terms_keep_repeats_and_counts_add_them_up() -> None:
+    a = Analyzer()
+    assert a.terms("retry retries Retry") == ["retri", "retri", "retri"]
+    assert a.counts("getUser user USER the") == {"getus": 1, "get": 1, "user": 3}
+
+
+def test_snowball_stems_words_and_identifier_parts_alike() -> None:
+    a = Analyzer()
+    assert a.terms("running runs ran") == ["run", "run", "ran"]
+    assert a.terms("connections connected") == ["connect", "connect"]
+    assert a.terms("retryConnections") == ["retryconnect", "retri", "connect"]
+
+
+def test_one_standard_stop_word_list() -> None:
+    common = "about been can could did do does had how up why would the of and".split()
+    assert all(w in STOP_WORDS for w in common)
+    assert Analyzer().terms(" ".join(common)) == []
