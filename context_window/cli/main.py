@@ -360,9 +360,9 @@ def scan_report() -> str:
     from context_window.retrieval import wordscan
 
     if wordscan.available():
-        import numba
+        from importlib.metadata import version
 
-        return f"word scan of large ingests: compiled (numba {numba.__version__}, the fast extra)"
+        return f"word scan of large ingests: compiled (numba {version('numba')}, the fast extra)"
     return (
         "word scan of large ingests: numpy (about 2x slower on large logs; "
         "pip install 'context-window[fast]' adds the compiled one)"
