@@ -26,6 +26,7 @@ from benchmarks.corpus import session_texts
 from benchmarks.documents import child_env
 from benchmarks.measure import summary_ms, time_calls
 from benchmarks.sessions import write_session
+from context_window.cli.main import tune_process
 from context_window.config import Settings
 from context_window.service import RECENT, Service
 from context_window.storage import write_json_atomic
@@ -217,6 +218,7 @@ def bench_restart(data_dir: Path, entries: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """``touch DATA N`` or ``open DATA SESSION``: run it and print its JSON."""
+    tune_process()  # as the server's entry point does
     if argv[:1] == ["touch"] and len(argv) == 3:
         result = touch_all(Path(argv[1]), int(argv[2]))
     elif argv[:1] == ["open"] and len(argv) == 3:

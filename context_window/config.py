@@ -34,20 +34,34 @@ class Spec:
     """How one setting is given: its variable, its flag(s), its help and its range."""
 
     env: str
+    flag: str | None  # the flag that sets it (None: no such flag)
+    metavar: str | None
     help: str
-    flag: str | None = None  # the flag that sets it (None: no such flag)
-    metavar: str | None = None
     lo: float | None = None  # the range, both ends allowed
     hi: float | None = None
     off_flag: str | None = None  # a bool's flag that turns it off
     shortcuts: tuple[tuple[str, str], ...] = ()  # flags that set one value (--http)
     default_text: str | None = None  # the default as help shows it, when not the value
-    empty_is_value: bool = False  # an empty variable sets "" (else it is ignored)
 
 
-def setting(default: Any = None, *, secret: bool = False, **spec: Any) -> Any:
-    """Declare a field of Settings with its :class:`Spec`; a secret stays out of repr."""
-    meta = {"spec": Spec(**spec)}
+def setting(
+    default: Any,
+    env: str,
+    flag: str | None,
+    help: str,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    off: str | None = None,
+    shortcuts: tuple[tuple[str, str], ...] = (),
+    shown: str | None = None,
+    secret: bool = False,
+) -> Any:
+    """Declare a field of Settings: ``flag`` is ``"--name METAVAR"``; a secret stays out
+    of repr. An empty variable sets an empty string default; it is ignored otherwise."""
+    name, _, metavar = (flag or "").partition(" ")
+    spec = Spec(env, name or None, metavar or None, help, lo, hi, off, shortcuts, shown)
+    meta = {"spec": spec}
     if default is None:
         return field(metadata=meta)
     return field(default=default, metadata=meta, repr=not secret)
@@ -58,175 +72,86 @@ class Settings:
     """Every setting of one server instance; built by :func:`load_settings`."""
 
     data_dir: Path = setting(
-        env="CTX_DATA_DIR",
-        flag="--data-dir",
-        metavar="DIR",
-        help="where all state lives",
-        default_text="the platform's user data dir for context-window",
-    )
+        None, "CTX_DATA_DIR", "--data-dir DIR", "where all state lives",
+        shown="the platform's user data dir for context-window",
+    )  # fmt: skip
     ingest_roots: tuple[Path, ...] = setting(
-        (),
-        env="CTX_INGEST_ROOTS",
-        flag="--ingest-root",
-        metavar="DIR",
-        help="directory whose files may be ingested; repeatable (the variable: "
-        "separated by the path separator or commas)",
-        default_text="none",
-    )
+        (), "CTX_INGEST_ROOTS", "--ingest-root DIR",
+        "directory whose files may be ingested; repeatable (the variable: separated by the "
+        "path separator or commas)",
+        shown="none",
+    )  # fmt: skip
     llm_base_url: str = setting(
-        "http://localhost:1234/v1",
-        env="CTX_LLM_BASE_URL",
-        flag="--llm-base-url",
-        metavar="URL",
-        help="OpenAI-compatible endpoint",
-    )
+        "http://localhost:1234/v1", "CTX_LLM_BASE_URL", "--llm-base-url URL",
+        "OpenAI-compatible endpoint",
+    )  # fmt: skip
     llm_model: str = setting(
-        "",
-        env="CTX_LLM_MODEL",
-        flag="--llm-model",
-        metavar="ID",
-        help="model for summaries and calibration; empty = the loaded model",
-        empty_is_value=True,
-    )
+        "", "CTX_LLM_MODEL", "--llm-model ID",
+        "model for summaries and calibration; empty = the loaded model",
+    )  # fmt: skip
     llm_api_key: str = setting(
-        "",
-        env="CTX_LLM_API_KEY",
-        flag="--llm-api-key",
-        metavar="KEY",
-        help="sent as Authorization: Bearer to the endpoint",
-        empty_is_value=True,
+        "", "CTX_LLM_API_KEY", "--llm-api-key KEY", "sent as Authorization: Bearer to the endpoint",
         secret=True,
-    )
+    )  # fmt: skip
     llm_timeout: float = setting(
-        120.0,
-        env="CTX_LLM_TIMEOUT",
-        flag="--llm-timeout",
-        metavar="SECONDS",
-        lo=0.1,
-        hi=3600,
-        help="LLM request timeout",
+        120.0, "CTX_LLM_TIMEOUT", "--llm-timeout SECONDS", "LLM request timeout", 0.1, 3600
     )
     llm_enabled: bool = setting(
-        True,
-        env="CTX_LLM_ENABLED",
-        off_flag="--no-llm",
-        help="the local model for summaries and calibration (off: extractive, no network)",
-    )
+        True, "CTX_LLM_ENABLED", None,
+        "the local model for summaries and calibration (off: extractive, no network)",
+        off="--no-llm",
+    )  # fmt: skip
     budget: int = setting(
-        4000,
-        env="CTX_BUDGET",
-        flag="--budget",
-        metavar="N",
-        lo=64,
-        hi=1_000_000,
-        help="default recall/window/search budget in tokens",
-    )
+        4000, "CTX_BUDGET", "--budget N", "default recall/window/search budget in tokens",
+        64, 1_000_000,
+    )  # fmt: skip
     chunk_tokens: int = setting(
-        800,
-        env="CTX_CHUNK_TOKENS",
-        flag="--chunk-tokens",
-        metavar="N",
-        lo=32,
-        hi=100_000,
-        help="target document chunk size",
+        800, "CTX_CHUNK_TOKENS", "--chunk-tokens N", "target document chunk size", 32, 100_000
     )
     chunk_overlap: int = setting(
-        80,
-        env="CTX_CHUNK_OVERLAP",
-        flag="--chunk-overlap",
-        metavar="N",
-        lo=0,
-        help="overlap between chunks, below the chunk size",
+        80, "CTX_CHUNK_OVERLAP", "--chunk-overlap N", "overlap between chunks, below their size", 0
     )
     max_file_mb: int = setting(
-        2048,
-        env="CTX_MAX_FILE_MB",
-        flag="--max-file-mb",
-        metavar="N",
-        lo=1,
-        hi=4096,
-        help="largest file an ingest reads, in MiB",
+        2048, "CTX_MAX_FILE_MB", "--max-file-mb N", "largest file an ingest reads, in MiB", 1, 4096
     )
     max_query_chars: int = setting(
-        2000,
-        env="CTX_MAX_QUERY_CHARS",
-        flag="--max-query-chars",
-        metavar="N",
-        lo=16,
-        hi=1_000_000,
-        help="longest search query, in characters",
-    )
+        2000, "CTX_MAX_QUERY_CHARS", "--max-query-chars N", "longest search query, in characters",
+        16, 1_000_000,
+    )  # fmt: skip
     max_query_terms: int = setting(
-        64,
-        env="CTX_MAX_QUERY_TERMS",
-        flag="--max-query-terms",
-        metavar="N",
-        lo=1,
-        hi=10_000,
-        help="most distinct terms one query searches for",
-    )
+        64, "CTX_MAX_QUERY_TERMS", "--max-query-terms N",
+        "most distinct terms one query searches for", 1, 10_000,
+    )  # fmt: skip
     token_ratio: float = setting(
-        0.27,
-        env="CTX_TOKEN_RATIO",
-        flag="--token-ratio",
-        metavar="X",
-        lo=0.01,
-        hi=4.0,
-        help="cold-start tokens per character",
+        0.27, "CTX_TOKEN_RATIO", "--token-ratio X", "cold-start tokens per character", 0.01, 4.0
     )
     transport: Transport = setting(
-        "stdio",
-        env="CTX_TRANSPORT",
-        flag="--transport",
+        "stdio", "CTX_TRANSPORT", "--transport", "transport",
         shortcuts=(("--stdio", "stdio"), ("--http", "http")),
-        help="transport",
-    )
-    host: str = setting(
-        "127.0.0.1", env="CTX_HTTP_HOST", flag="--host", metavar="H", help="HTTP bind host"
-    )
-    port: int = setting(
-        3001, env="CTX_HTTP_PORT", flag="--port", metavar="P", lo=0, hi=65535, help="HTTP port"
-    )
+    )  # fmt: skip
+    host: str = setting("127.0.0.1", "CTX_HTTP_HOST", "--host H", "HTTP bind host")
+    port: int = setting(3001, "CTX_HTTP_PORT", "--port P", "HTTP port", 0, 65535)
     http_token: str = setting(
-        "",
-        env="CTX_HTTP_TOKEN",
-        flag="--http-token",
-        metavar="T",
-        help="require Authorization: Bearer T on HTTP",
-        default_text="none",
-        empty_is_value=True,
-        secret=True,
-    )
+        "", "CTX_HTTP_TOKEN", "--http-token T", "require Authorization: Bearer T on HTTP",
+        shown="none", secret=True,
+    )  # fmt: skip
     http_session_idle: float = setting(
-        900.0,
-        env="CTX_HTTP_SESSION_IDLE",
-        flag="--http-session-idle",
-        metavar="SECONDS",
-        lo=1,
-        hi=86_400,
-        help="an MCP session with no request for this long is closed",
-    )
+        900.0, "CTX_HTTP_SESSION_IDLE", "--http-session-idle SECONDS",
+        "an MCP session with no request for this long is closed", 1, 86_400,
+    )  # fmt: skip
     http_sessions_per_client: int = setting(
-        32,
-        env="CTX_HTTP_SESSIONS_PER_CLIENT",
-        flag="--http-sessions-per-client",
-        metavar="N",
-        lo=1,
-        hi=1000,
-        help="open MCP sessions per client address; one more closes the least recently used",
-    )
+        32, "CTX_HTTP_SESSIONS_PER_CLIENT", "--http-sessions-per-client N",
+        "open MCP sessions per client address; one more closes the least recently used", 1, 1000,
+    )  # fmt: skip
     audit: bool = setting(
-        True,
-        env="CTX_AUDIT",
-        flag="--audit",
-        off_flag="--no-audit",
-        help="one JSON line per tool call on stderr (tool, outcome, ms; no content)",
-    )
+        True, "CTX_AUDIT", "--audit",
+        "one JSON line per tool call on stderr (tool, outcome, ms; no content)", off="--no-audit",
+    )  # fmt: skip
     tools: ToolSet = setting(
         "all",
-        env="CTX_TOOLS",
-        flag="--tools",
-        help="expose only the session or document tools, for a tiny window",
+        "CTX_TOOLS",
+        "--tools",
+        "expose only the session or document tools, for a tiny window",
     )
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -280,7 +205,7 @@ def load_settings(
         raw = env.get(spec.env)
         if f.name in values or raw is None:
             continue  # a flag wins, even over an unparsable variable
-        if raw != "" or spec.empty_is_value:
+        if raw != "" or f.default == "":  # an empty string setting may be set empty
             values[f.name] = _parse(kind, raw, spec.env)
     if "data_dir" not in values:
         values["data_dir"] = default_data_dir()

@@ -11,8 +11,9 @@ The child is a one-worker ``ProcessPoolExecutor`` (spawned): it reads each segme
 from the source itself and returns only numbers (where the segment lies, its chunks'
 rows and byte spans), and it chunks the next segment while this process indexes the
 last. When the pool cannot start or breaks (``BrokenProcessPool``: the child was
-killed), or a segment does not follow on from the last, the rest is chunked in this
-process from where the last good segment left off, into the same rows.
+killed), or any other failure of the child, or a segment does not follow on from the
+last, the rest is chunked in this process from where the last good segment left off,
+into the same rows.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import multiprocessing
 import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,7 +151,7 @@ def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
                 peak,
                 extra={"peak_kb": peak},
             )
-        except (BrokenProcessPool, OSError, ValueError) as exc:
+        except Exception as exc:  # BrokenProcessPool (killed), a pool that cannot start …
             _log.warning(
                 "the chunking process stopped before the last segment (%s: %s); "
                 "chunking the rest in this process",

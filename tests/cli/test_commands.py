@@ -103,19 +103,20 @@ def test_search_groups_sessions_and_documents(
     assert cli(s, "search", "linker") == 0
     out = capsys.readouterr().out
     assert "session work: Fixing the" in out and "session other: Second session" in out
-    assert "document flags:" in out and "document spec" not in out
+    assert "documents: 1 hit, best first" in out and "# flags [0]" in out
+    assert "\n# spec [" not in out and "1-30: linker flags: -Wl,--as-needed" in out
     assert ids["note5"] in out and ids["note0"] not in out  # live entries only
     assert ids["deleted"] not in out
     assert ids["pinned"] not in out  # pinned, but it does not mention the linker
     assert cli(s, "search", "linker", "--session", "work", "--json") == 0
     found = json.loads(capsys.readouterr().out)
-    assert found["chunks"] == [] and {e["session_id"] for e in found["entries"]} == {"work"}
+    assert found["lines"] == [] and {e["session_id"] for e in found["entries"]} == {"work"}
     assert cli(s, "search", "linker", "--session", "work", "--limit", "1", "--json") == 0
     (hit,) = json.loads(capsys.readouterr().out)["entries"]  # the pinned entry takes no place
     assert "linker" in hit["text"]
     assert cli(s, "search", "append-only journal", "--doc", "spec", "--limit", "1") == 0
     out = capsys.readouterr().out
-    assert out.startswith("document spec: Storage spec") and out.count("(score") == 1
+    assert out.startswith("documents: 1 hit, best first") and out.count("\n# spec [") == 1
     assert cli(s, "search", "zebra") == 0
     assert capsys.readouterr().out == "no matches\n"
 
