@@ -157,10 +157,11 @@ def _entry_columns(state: SessionState) -> Columns:
 
 def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
     """Write the arrays to a new directory, then point ``snapshot.json`` at it; under the
-    snapshot lock, so directories not named by it are those of killed or earlier writers."""
+    snapshot lock, so what is not named by it was left by killed or earlier writers."""
+    current = read_json(directory / SNAPSHOT) or {}
+    _sweep(directory, keep={str(current.get("arrays")), OLD_SNAPSHOT})  # the old stays usable
     name = f"{ARRAYS}-{secrets.token_hex(4)}"
     work = directory / f".{name}.tmp"
-    _sweep(directory, keep=None)
     work.mkdir()
     for key, value in arrays.items():
         with (work / f"{key}.npy").open("wb") as f:
@@ -170,15 +171,17 @@ def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[
     work.rename(directory / name)
     with atomic_file(directory / SNAPSHOT) as f:  # ASCII: a lone surrogate stays escaped
         f.write(json.dumps({**meta, "arrays": name}).encode("ascii"))
-    _sweep(directory, keep=name)
+    _sweep(directory, keep={name})
 
 
-def _sweep(directory: Path, keep: str | None) -> None:
-    """Remove array directories other than ``keep`` and an older release's snapshot file."""
+def _sweep(directory: Path, keep: set[str]) -> None:
+    """Remove the snapshot's array directories, temporary files and an older release's
+    snapshot file, except those named in ``keep``."""
     for p in directory.iterdir():
-        if p.name == OLD_SNAPSHOT or (
-            p.name.startswith((f"{ARRAYS}-", f".{ARRAYS}-")) and p.name != keep
-        ):
+        ours = p.name == OLD_SNAPSHOT or p.name.startswith(
+            (f"{ARRAYS}-", f".{ARRAYS}-", f".{SNAPSHOT}.")
+        )
+        if ours and p.name not in keep:
             with contextlib.suppress(OSError):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -237,7 +240,7 @@ def remove(directory: Path) -> None:
     with contextlib.suppress(OSError):
         (directory / SNAPSHOT).unlink()
     with contextlib.suppress(OSError):
-        _sweep(directory, keep=None)
+        _sweep(directory, keep=set())
 
 
 def _json(arr: npt.NDArray[Any]) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from context_window.sessions.session import Session
-from context_window.sessions.snapshot import SNAPSHOT
+from context_window.sessions.snapshot import LOCK, SNAPSHOT
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
@@ -323,3 +323,24 @@ def test_a_dropped_state_is_freed_at_once_not_at_the_next_collection(tmp_path: P
         assert ref() is None  # no cycle through its records kept it
     finally:
         gc.enable()
+
+
+def test_what_a_killed_save_left_never_costs_the_previous_snapshot(tmp_path: Path) -> None:
+    # A save killed after writing some arrays (a temporary folder) or after renaming its
+    # folder but before naming it (an orphan): the snapshot named stays in use, and the
+    # next save removes both leftovers.
+    data = tmp_path / "data"
+    build(data)
+    opened(data)
+    folder = data / "sessions" / "s"
+    named = _arrays(folder)
+    (folder / ".snapshot-dead0000.tmp").mkdir()
+    shutil.copytree(named, folder / "snapshot-0rphan00")
+    again = opened(data)
+    assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
+    assert named.is_dir()
+    for i in range(30):
+        again.append(f"more {i}")
+    again.save_snapshot()
+    left = sorted(p.name for p in folder.iterdir() if "snapshot" in p.name and p.name != LOCK)
+    assert left == sorted(["snapshot.json", _arrays(folder).name]), left
