@@ -133,12 +133,9 @@ def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
                     future = pool.submit(_segment_numbers, plan, resume)
                     while (numbers := future.result()) is not None:
                         rows, spans, first_byte, end_byte, base, after = numbers
-                        if (first_byte, base) != resume[:2] or not first_byte < after[
-                            0
-                        ] <= end_byte:
-                            raise ValueError(
-                                f"segment at byte {first_byte} does not follow {resume}"
-                            )
+                        follows = (first_byte, base) == resume[:2]
+                        if not follows or not first_byte < after[0] <= end_byte:
+                            raise ValueError(f"segment at {first_byte} does not follow {resume}")
                         future = pool.submit(_segment_numbers, plan, after)  # chunked meanwhile
                         f.seek(first_byte)
                         data = f.read(end_byte - first_byte)
