@@ -42,7 +42,10 @@ def screen(line: str) -> str | types.JSONRPCError | None:
         # it would never answer; anything else it accepts passes through as it came.
         if not isinstance(message, types.JSONRPCNotification) or '"id"' not in line:
             return line
-        raw = json.loads(line)
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError):
+            raw = None
         if not (isinstance(raw, dict) and "id" in raw):
             return line
     code, why, rid = _diagnose(line)
@@ -71,6 +74,8 @@ def _diagnose(line: str) -> tuple[int, str, Any]:
         message = json.loads(text.lstrip(_BOM))
     except ValueError:
         return PARSE_ERROR, "Parse error: the line is not a JSON value", None
+    except RecursionError:
+        return PARSE_ERROR, "Parse error: the line nests values too deeply to read", None
     if isinstance(message, list):
         return (
             INVALID_REQUEST,
@@ -96,6 +101,8 @@ def _diagnose(line: str) -> tuple[int, str, Any]:
         return INVALID_PARAMS, 'Invalid params: "params" must be an object', rid
     try:
         json.dumps(message, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        return INVALID_PARAMS, "Invalid params: a value nests too deeply to read", rid
     except UnicodeEncodeError:
         return INVALID_PARAMS, "Invalid params: a string holds a lone surrogate (not Unicode)", rid
     return (

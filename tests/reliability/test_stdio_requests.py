@@ -37,6 +37,13 @@ BAD: list[tuple[bytes, Any, int]] = [
     (b'{"jsonrpc":"2.0","id":9.5,"method":"ping"}', None, -32600),
     (b"not json at all", None, -32700),
     (b'[{"jsonrpc":"2.0","id":10,"method":"ping"}]', None, -32600),
+    (b"[" * 1000, None, -32700),  # too deep for the line's diagnosis (a RecursionError)
+    (
+        b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"context_open",'
+        b'"arguments":{"session_id":"s","title":' + b"[" * 100_000 + b"]" * 100_000 + b"}}}",
+        None,
+        -32700,
+    ),
 ]
 
 
