@@ -253,6 +253,8 @@ def _validated(s: Settings) -> Settings:
         check_chunk_settings(s.chunk_tokens, s.chunk_overlap, s.token_ratio)
     except InvalidInput as exc:
         raise ConfigError(str(exc)) from None
+    if s.http_token and not s.http_token.strip():
+        raise ConfigError("http-token is blank: give a real secret, or none for no token")
     if not re.match(r"^https?://", s.llm_base_url):
         raise ConfigError(
             f"llm-base-url must start with http:// or https://, not {s.llm_base_url!r}"

@@ -77,7 +77,7 @@ def allowed_host_names(settings: Settings) -> list[str]:
     if is_wildcard(settings.host):
         hostname = socket.gethostname()
         extra = [hostname, socket.getfqdn(hostname)]
-    elif not is_loopback(settings.host):
+    else:  # the address bound, loopback ones such as 127.0.0.2 included
         extra = [settings.host]
     for name in extra:
         if name and host_name(name) not in names:

@@ -152,6 +152,8 @@ def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ({}, {"CTX_TOKEN_RATIO": "lots"}, "CTX_TOKEN_RATIO"),
         ({}, {"CTX_CHUNK_OVERLAP": "900"}, "chunk-overlap"),
         ({"no_such_setting": 1}, {}, "no_such_setting"),
+        ({"http_token": " "}, {}, "http-token is blank"),
+        ({}, {"CTX_HTTP_TOKEN": "  "}, "http-token is blank"),
     ],
 )
 def test_invalid_settings_raise_config_error_naming_the_problem(
