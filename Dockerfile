@@ -46,7 +46,9 @@ USER 10001:10001
 WORKDIR /home/ctx
 # Compile the word scan of large ingests once, here, into this user's cache, so a new
 # container does not spend its first large ingest's first seconds compiling.
-RUN python -c "from context_window.retrieval import wordscan; assert wordscan.available()"
+# (tune_process is what the server's entry point runs first: it places numba's cache.)
+RUN python -c "from context_window.cli.main import tune_process; tune_process(); \
+from context_window.retrieval import wordscan; assert wordscan.available()"
 VOLUME /data
 # Used only with --http; stdio needs no port.
 EXPOSE 3001

@@ -322,6 +322,8 @@ cache = Path.home() / ".cache" / "context-window" / "numba"
 def files():
     return sorted(f"{p.name}:{p.stat().st_mtime_ns}" for p in cache.rglob("*") if p.is_file())
 print(*files())
+from context_window.cli.main import tune_process
+tune_process()  # what the server's entry point does first
 from context_window.retrieval import wordscan
 assert wordscan.available() and os.environ["NUMBA_CACHE_DIR"] == str(cache)
 print(*files())
