@@ -252,6 +252,11 @@ def file_lock(path: Path, what: str, wait: float = LOCK_WAIT_SECONDS) -> Iterato
         os.close(fd)
 
 
+def unwritable(exc: OSError) -> bool:
+    """Whether ``exc`` says the file system or the file may not be written."""
+    return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def storage_error(exc: OSError, what: str) -> StorageError:
     """A StorageError for ``exc`` that says plainly when the disk is full or read-only,
     and, when permission is denied, where and what to do about it."""

@@ -68,6 +68,7 @@ from context_window.storage import (
     replace_lock,
     subdirs,
     sweep_work,
+    unwritable,
     write_json_atomic,
 )
 from context_window.tokens import TokenCounter
@@ -557,17 +558,29 @@ class DocumentStore:
 
         kept, used, truncated = fit_chunks(chunks, room, label, self.counter)
         end = kept[-1].index
-        if move_cursor and session_id is None:
-            doc = self.update_meta(doc.id, expect=doc.sha256, cursor=end + 1)
-        elif move_cursor and session_id is not None:
-            with self.guard():  # not into a forgotten or a newer version's folder
-                if self.read_meta(doc.id) is None:
-                    raise NotFound(
-                        f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS
-                    )
-                write_cursor(folder, session_id, end + 1)
+        try:
+            if move_cursor and session_id is None:
+                doc = self.update_meta(doc.id, expect=doc.sha256, cursor=end + 1)
+            elif move_cursor and session_id is not None:
+                with self.guard():  # not into a forgotten or a newer version's folder
+                    if self.read_meta(doc.id) is None:
+                        raise NotFound(
+                            f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS
+                        )
+                    write_cursor(folder, session_id, end + 1)
+        except OSError as exc:  # a read-only data dir still pages, without a cursor
+            if not unwritable(exc):
+                raise
+            move_cursor = False
         return Window(
-            doc, tuple(kept), truncated, end + 1, end + 1 >= n, used + reserve, session_id
+            doc,
+            tuple(kept),
+            truncated,
+            end + 1,
+            end + 1 >= n,
+            used + reserve,
+            session_id,
+            move_cursor,
         )
 
     @_steady

@@ -19,10 +19,11 @@ import numpy as np
 
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
-from context_window.errors import InvalidInput
+from context_window.errors import InvalidInput, StorageError
 from context_window.journal import Journal
 from context_window.llm.summaries import Summarizer
 from context_window.models import Chunk, Summary
+from context_window.storage import unwritable
 
 DIRECT_TOKENS = 12_000
 LINE_TOKENS = 40
@@ -134,7 +135,11 @@ async def summarize_range(
             "made_at": time.time(),
             "sha256": doc.sha256,  # the text it summarizes (see update_meta's expect)
         }
-        doc = store.update_meta(doc.id, expect=doc.sha256, summary=record)
+        try:
+            doc = store.update_meta(doc.id, expect=doc.sha256, summary=record)
+        except OSError as exc:  # a read-only data dir: summarized, not cached
+            if not unwritable(exc):
+                raise
     return DocSummary(doc, lo, hi, whole, summary, note, False)
 
 
@@ -155,9 +160,12 @@ async def chunk_lines(
         cache[i] = record
         fresh.append(record)
     if fresh and journal.path.parent.is_dir():  # not into a forgotten document's folder
-        with journal.locked():
-            journal.read_new()
-            journal.write(fresh)
+        try:
+            with journal.locked():
+                journal.read_new()
+                journal.write(fresh)
+        except (StorageError, OSError):  # a read-only data dir: made, not cached
+            pass
     return {i: str(cache[i]["text"]) for i in indices}
 
 

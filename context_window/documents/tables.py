@@ -138,6 +138,7 @@ class Window:
     at_end: bool
     used_tokens: int
     session_id: str | None = None
+    moved: bool = True  # False: the cursor could not be written (a read-only data dir)
 
 
 class Tables:

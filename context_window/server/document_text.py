@@ -93,7 +93,7 @@ def window_reserve(doc: DocInfo, session_id: str | None, budget: int, count: Cou
     """Tokens doc_window keeps for its header (at its widest), and whether it must be terse."""
     big = int("9" * len(str(max(doc.chunks, 1))))
     used = int("9" * len(str(budget)))
-    call = _next_call(doc.id, session_id, big)
+    call = _next_call(doc.id, session_id, big, moved=False)  # the longer of the two
     return header_reserve(
         lambda terse: window_header(doc.id, big, big, doc.chunks, used, budget, call, True, terse),
         budget,
@@ -101,8 +101,10 @@ def window_reserve(doc: DocInfo, session_id: str | None, budget: int, count: Cou
     )
 
 
-def _next_call(doc_id: str, session_id: str | None, cursor: int) -> str:
+def _next_call(doc_id: str, session_id: str | None, cursor: int, moved: bool = True) -> str:
     call = f"doc_id={doc_id!r}" + (f", session_id={session_id!r}" if session_id else "")
+    if not moved:  # a read-only data dir: the cursor stayed, so the call must say where
+        return f"next: doc_window({call}, from={cursor}) (read-only data dir: cursor not moved)"
     return f"next: doc_window({call}) from {cursor}"
 
 
@@ -115,7 +117,7 @@ def render_window(w: Window, budget: int, terse: bool = False, used: int | None 
             f"({d.id} has {d.chunks} chunks)"
         )
     first, last = w.chunks[0].index, w.chunks[-1].index
-    then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor)
+    then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor, w.moved)
     used = w.used_tokens if used is None else used
     head = window_header(d.id, first, last, d.chunks, used, budget, then, w.truncated, terse)
     body = [c.text if terse else f"{window_label(c)}\n{c.text}" for c in w.chunks]

@@ -22,7 +22,7 @@ from helpers import run_cli
 from .support import service_for
 
 PROBE = """
-import json, sys
+import anyio, json, sys
 from pathlib import Path
 from context_window.config import Settings
 from context_window.errors import ContextWindowError
@@ -36,6 +36,9 @@ def attempt(name, fn):
         out[name] = ["error", str(exc)]
 attempt("recall", lambda: [e.text for e in service.sessions.get("s").recall("alpha", 500).entries])
 attempt("search", lambda: [h.chunk.text for h in service.documents.search("hello", "d", 3)])
+attempt("window", lambda: [service.documents.window("d", first=0, budget=500).moved,
+                           service.documents.window("d", budget=500).chunks[0].index])
+attempt("summary", lambda: anyio.run(lambda: service.summarize("d", None, None, 64)).cached)
 attempt("append", lambda: service.sessions.get("s").append("one more").id)
 attempt("open_new", lambda: service.sessions.open("fresh")[0].id)
 big = "# New\\n\\n" + "words " * 20000
@@ -92,6 +95,9 @@ def test_a_read_only_data_dir_reads_and_refuses_writes_clearly(tmp_path: Path) -
         out = _probe(ro)
     assert out["recall"] == ["ok", ["alpha note"]]
     assert out["search"][0] == "ok" and "hello world" in str(out["search"][1])
+    # Paging and summaries work without writing: the cursor stays at 0, nothing cached.
+    assert out["window"] == ["ok", [False, 0]], out["window"]
+    assert out["summary"] == ["ok", False], out["summary"]
     for write in ("append", "open_new", "ingest"):
         assert out[write][0] == "error", out[write]
         assert "read-only" in str(out[write][1]), out[write]
