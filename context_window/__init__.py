@@ -8,6 +8,7 @@ they meet, and only when called (importing the package stays cheap).
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -46,5 +47,6 @@ def _stop_on_signals_while_starting() -> None:
     def stop(_signum: int, _frame: object) -> None:
         raise SystemExit(0)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+    if threading.current_thread() is threading.main_thread():  # else: not ours to set
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, stop)
