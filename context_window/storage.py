@@ -253,8 +253,9 @@ def file_lock(path: Path, what: str, wait: float = LOCK_WAIT_SECONDS) -> Iterato
 
 
 def unwritable(exc: OSError) -> bool:
-    """Whether ``exc`` says the file system or the file may not be written."""
-    return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    """Whether ``exc`` says nothing can be written there now: a read-only or full file
+    system, or no permission."""
+    return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:

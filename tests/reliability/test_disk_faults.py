@@ -37,7 +37,7 @@ def attempt(name, fn):
 attempt("recall", lambda: [e.text for e in service.sessions.get("s").recall("alpha", 500).entries])
 attempt("search", lambda: [h.chunk.text for h in service.documents.search("hello", "d", 3)])
 attempt("window", lambda: [service.documents.window("d", first=0, budget=500).moved,
-                           service.documents.window("d", budget=500).chunks[0].index])
+                           service.documents.get("d").cursor])
 attempt("summary", lambda: anyio.run(lambda: service.summarize("d", None, None, 64)).cached)
 attempt("append", lambda: service.sessions.get("s").append("one more").id)
 attempt("open_new", lambda: service.sessions.open("fresh")[0].id)
@@ -133,6 +133,7 @@ def test_a_full_disk_fails_cleanly_and_leaves_nothing_half_made(tmp_path: Path) 
         out = _probe(data)
         after = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
         assert out["recall"] == ["ok", ["alpha note"]]
+        assert out["window"] == ["ok", [False, 0]]  # pages; the cursor cannot be written
         # (an append may still fit in the slack of the journal's last page)
         for write in ("open_new", "ingest"):
             assert out[write][0] == "error", out
