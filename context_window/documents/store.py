@@ -42,13 +42,7 @@ from context_window.documents.ranking import (
     hits_of,
     ranked_chunks,
 )
-from context_window.documents.tables import (
-    DocInfo,
-    Ingested,
-    Tables,
-    Window,
-    from_line,
-)
+from context_window.documents.tables import DocInfo, Ingested, Tables, Window, from_line
 from context_window.errors import (
     INGEST_FIRST,
     LIST_DOCUMENTS,
@@ -572,15 +566,9 @@ class DocumentStore:
             if not unwritable(exc):
                 raise
             move_cursor = False
+        done = end + 1 >= n
         return Window(
-            doc,
-            tuple(kept),
-            truncated,
-            end + 1,
-            end + 1 >= n,
-            used + reserve,
-            session_id,
-            move_cursor,
+            doc, tuple(kept), truncated, end + 1, done, used + reserve, session_id, move_cursor
         )
 
     @_steady

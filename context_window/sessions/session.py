@@ -433,7 +433,8 @@ class Session:
         Pinned entries come first. With a query, the rest rank by BM25 over the
         entries recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of
         the entries just before and after it in time (an answer usually sits next
-        to the turn that names its topic); recency only breaks ties. Without a
+        to the turn that names its topic); only entries that match a query term are
+        returned, and recency only breaks ties. Without a
         query, or with one that has no searchable terms, the newest come first.
         Each entry costs its text plus its ``label`` line; ``reserve`` tokens are
         kept for the caller's own header, so the whole answer fits ``budget``.
@@ -462,8 +463,9 @@ class Session:
         if terms:
             scores = self._state.index.scores(terms, exclude=~mask)
             scores = smooth_neighbours(np.maximum(scores, 0.0), mask, seqs)
-            # BM25 can score a real match <= 0 (a term in half or more of few entries).
-            mask &= (scores > 0) | self._state.index.matching(terms)
+            # Only entries that match a term themselves: credit from a neighbour ranks a
+            # match, it never brings in an entry that shares no word with the query.
+            mask &= self._state.index.matching(terms)
         else:
             scores = np.zeros(n, dtype=np.float64)
         rest = np.flatnonzero(mask & ~flags.pinned)

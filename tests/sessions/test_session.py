@@ -215,15 +215,12 @@ def test_update_needs_a_change_and_a_known_entry(session: Session) -> None:
 # --- recall -------------------------------------------------------------------------------
 
 
-def test_recall_with_query_ranks_matches_then_their_neighbours(session: Session) -> None:
+def test_recall_with_query_returns_only_matches(session: Session) -> None:
     ids = fill(session, TOPICS)
     rec = session.recall("database orders", 4000)
-    # The two matches first; then the entries next to them in time (which gain half their
-    # neighbours' score); entries neither matching nor adjacent are dropped.
-    assert {e.id for e in rec.entries[:2]} == {ids[0], ids[4]}
-    assert {e.id for e in rec.entries[2:]} == {ids[1], ids[3], ids[5]}
-    assert ids[2] not in {e.id for e in rec.entries}
-    assert rec.candidates == 5
+    # The two matches; their neighbours in time lend them credit but are not returned.
+    assert {e.id for e in rec.entries} == {ids[0], ids[4]}
+    assert rec.candidates == 2
     assert rec.packed.omitted == 0
     scores = [rec.scores[e.id] for e in rec.entries]
     assert all(score > 0 for score in scores)
@@ -272,7 +269,7 @@ def test_recall_output_is_best_first(session: Session) -> None:
     assert rec.entries[0].id == ids[2]
     scores = [rec.scores[e.id] for e in rec.entries]
     assert scores == sorted(scores, reverse=True)
-    assert {e.id for e in rec.entries} >= set(ids)  # "other thing" sits between two matches
+    assert {e.id for e in rec.entries} == set(ids) - {ids[1]}  # "other thing" matches nothing
 
 
 def test_recall_ignores_what_it_cannot_return_in_its_statistics(session: Session) -> None:
