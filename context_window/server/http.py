@@ -198,6 +198,11 @@ class SessionGuard:
         if scope["type"] != "http" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
+        if scope["method"] == "POST":  # counted once its body is here: a stalled upload is not
+            body = await read_body(scope, receive, send)
+            if body is None:
+                return
+            receive = replay(body, receive)
         sid = Headers(scope=scope).get("mcp-session-id")
         if sid is not None:
             if sid in self.lru:
@@ -258,6 +263,47 @@ class SessionGuard:
             if transport is not None:
                 log.info("closing MCP session %s…: its client opened too many", victim[:8])
                 await transport.terminate()
+
+
+TOO_LARGE = (
+    f"the request body is over the {MAX_BODY_BYTES:,}-byte limit; for a large text, save it "
+    "in a file under an ingest root and pass doc_ingest file_path instead of text"
+)
+
+
+async def read_body(scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    """The whole request body, or None when it was refused (413: over ``MAX_BODY_BYTES``,
+    named with what to do instead) or the client went away before sending it."""
+    declared = Headers(scope=scope).get("content-length", "")
+    parts: list[bytes] = []
+    size = int(declared) if declared.isdigit() else 0
+    received = 0
+    while size <= MAX_BODY_BYTES:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        size = received = received + len(parts[-1])
+        if not message.get("more_body", False) and size <= MAX_BODY_BYTES:
+            return b"".join(parts)
+    await JSONResponse({"error": "request body too large", "detail": TOO_LARGE}, 413)(
+        scope, receive, send
+    )
+    return None
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` once, then whatever the client sends next."""
+    given = False
+
+    async def again() -> Any:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
 
 
 def _client_of(scope: Scope) -> str:

@@ -6,6 +6,8 @@ reached on 127.0.0.1 only."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,13 +167,16 @@ def test_right_token_works_and_health_stays_open(token_server: Server) -> None:
 
 def test_oversized_bodies_are_refused(open_server: Server) -> None:
     headers = mcp_session(open_server, {})
-    hostile(open_server, "POST", {413}, content=b" " * BIG, headers=headers)
+    refused = hostile(open_server, "POST", {413}, content=b" " * BIG, headers=headers)
+    assert "33,554,432-byte limit" in refused.json()["detail"]
+    assert "file_path" in refused.json()["detail"]
 
     def stream() -> Iterator[bytes]:  # no Content-Length: the limit must hold while reading
         for _ in range(BIG // (1 << 20) + 1):
             yield b" " * (1 << 20)
 
-    hostile(open_server, "POST", {413}, content=stream(), headers=headers)
+    refused = hostile(open_server, "POST", {413}, content=stream(), headers=headers)
+    assert "file_path" in refused.json()["detail"]
     huge_call = call("pwned")
     huge_call["params"]["arguments"]["title"] = "x" * BIG
     hostile(open_server, "POST", {413}, content=json.dumps(huge_call).encode(), headers=headers)
@@ -190,3 +195,27 @@ def test_oversized_body_without_token_is_refused(token_server: Server) -> None:
 def test_malformed_bodies_are_refused(open_server: Server, body: bytes) -> None:
     headers = mcp_session(open_server, {})
     hostile(open_server, "POST", {400, 406, 413, 415, 422}, content=body, headers=headers)
+
+
+def test_stalled_uploads_do_not_lock_an_address_out(open_server: Server) -> None:
+    """Connections that send a POST's headers and one byte of its body, and then stall,
+    do not count as sessions being opened: a new client from the same address connects."""
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{open_server.port}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        "Content-Length: 100000\r\n\r\n{"
+    ).encode()
+    stalled = []
+    try:
+        for _ in range(40):  # over the 32 a client address may be opening at once
+            sock = socket.create_connection(("127.0.0.1", open_server.port))
+            sock.sendall(head)
+            stalled.append(sock)
+        time.sleep(0.5)  # let the server read every one of them
+        for _ in range(3):
+            r = open_server.http.post(open_server.url + "/mcp", json=INIT, headers=MCP_HEADERS)
+            assert r.status_code == 200, (r.status_code, r.text[:200])
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert open_server.alive()
