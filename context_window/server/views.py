@@ -104,6 +104,15 @@ def entry_data(entry: Entry) -> dict[str, Any]:
     }
 
 
+def pinned_data(entry: Entry) -> dict[str, Any]:
+    """A pinned entry as context_open shows it: the start of its text, as the text answer
+    has it (context_recall gives it whole), so many large pins cost no more than there."""
+    cut = len(entry.text) > st.PREVIEW_CHARS
+    text = entry.text[: st.PREVIEW_CHARS - 1] + "…" if cut else entry.text
+    out = {"id": entry.id, "created_at": entry.created_at, "role": entry.role, "text": text}
+    return out | ({"tags": list(entry.tags)} if entry.tags else {}) | {"truncated": cut}
+
+
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
     """A recalled entry as structured content: flags and lists only when set, so the
     structured answer stays near the size of the text one (both must fit the budget).
@@ -205,7 +214,7 @@ def opened(o: Opened) -> CallToolResult:
         "total": o.stats.total,
         "tokens": o.stats.live_tokens,
         "budget": o.budget,
-        "pinned": [entry_data(e) for e in o.pinned],
+        "pinned": [pinned_data(e) for e in o.pinned],
     }
     return result(st.render_open(o), data)
 

@@ -70,3 +70,25 @@ def test_every_budgeted_answer_and_its_structured_content_fit(tmp_path: Path, bu
                 assert _tokens(res.structured_content) <= limit, (tool, args)
 
     anyio.run(main)
+
+
+def test_context_open_structured_content_is_bounded_like_its_text(tmp_path: Path) -> None:
+    """Twenty large pins: context_open's structured content holds what its text shows
+    (the start of each pin), not every pin in full."""
+    svc = service_for(tmp_path / "data")
+    session, _ = svc.sessions.open("s")
+    for i in range(20):
+        session.append(f"pin {i}: " + "the deploy must keep the old schema " * 2000, pinned=True)
+
+    async def main() -> None:
+        async with Client(build_server(svc)) as c:
+            res = await c.call_tool("context_open", {"session_id": "s"})
+            text = "".join(getattr(b, "text", "") for b in res.content)
+            assert not res.is_error, text
+            structured = json.dumps(res.structured_content, ensure_ascii=False)
+            assert len(structured) < 3 * len(text), (len(structured), len(text))
+            pins = res.structured_content["pinned"]
+            assert [p["text"].split(":")[0] for p in pins] == [f"pin {i}" for i in range(20)]
+            assert all(p["truncated"] for p in pins)
+
+    anyio.run(main)
