@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context_window.errors import Busy, StorageError
+from context_window.errors import Busy, NotFound, StorageError
 from context_window.storage import LOCK_WAIT_SECONDS, lock_fd, storage_error, unlock_fd
 
 log = logging.getLogger("context_window.storage")
@@ -142,10 +142,14 @@ class Journal:
         """The journal opened for appending, or, where it cannot be written (a read-only
         file system or file), for reading only: reads never need write access."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self.writable = True
             return fd
+        except FileNotFoundError:  # never recreate a deleted directory without its meta
+            raise NotFound(
+                f"{self.path.parent.name!r} was deleted from disk while in use "
+                f"({self.path.parent} is gone); nothing was written"
+            ) from None
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not self.path.is_file():
                 raise storage_error(exc, f"cannot open {self.path}") from exc

@@ -142,7 +142,7 @@ class SessionStore:
             except OSError as exc:
                 raise storage_error(exc, f"cannot retitle session {sid!r}") from exc
         meta["id"] = sid
-        session = self._cached(sid)
+        session = None if created else self._cached(sid)  # a new one, even under a stale id
         if session is None:
             session = Session(
                 directory,
@@ -164,15 +164,15 @@ class SessionStore:
         """An existing session; NotFound (with the known ids) otherwise."""
         check_id(session_id, "session_id")
         session = self._cached(session_id)
-        if session is not None:
-            return session
-        if not (self.root / session_id).is_dir():
+        if not (self.root / session_id).is_dir():  # deleted under us: not recreated by a write
+            with self._open_guard:
+                self._open.pop(session_id, None)
             known = self.ids()
             listed = ", ".join(known[:10]) + (" …" if len(known) > 10 else "") if known else "none"
             raise NotFound(
                 f"no session {session_id!r} (known sessions: {listed})", remedy=OPEN_SESSION
             )
-        return self.open(session_id)[0]
+        return session if session is not None else self.open(session_id)[0]
 
     def exists(self, session_id: str) -> bool:
         """Whether a session directory ``session_id`` is on disk."""
