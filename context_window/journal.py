@@ -219,6 +219,8 @@ class Journal:
             st = self.path.stat()
         except FileNotFoundError:
             return self._offset != 0
+        except OSError as exc:  # a directory nobody may read: one clear error
+            raise storage_error(exc, f"cannot read session {self.path.parent.name!r}") from exc
         if self._ident is not None and (st.st_dev, st.st_ino) != self._ident:
             return True
         if self._seen is not None:  # mtime too: a rewrite may reuse the inode and the size

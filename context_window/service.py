@@ -366,7 +366,12 @@ class Service:
             raise InvalidInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
         if offset < 0:
             raise InvalidInput(f"offset must be 0 or more, not {offset}")
-        return await self.run("the session list", lambda: self.sessions.page(text, offset, limit))
+        told = dict(self.sessions.unreadable)
+        page = await self.run("the session list", lambda: self.sessions.page(text, offset, limit))
+        for sid, why in self.sessions.unreadable.items():
+            if told.get(sid) != why:  # once per session and reason, not once per listing
+                log.warning("skipped session %r, unreadable: %s", sid, why)
+        return page
 
     # The document tools.
 

@@ -266,9 +266,9 @@ def storage_error(exc: OSError, what: str) -> StorageError:
         uid = getattr(os, "getuid", lambda: None)()
         who = f"this server (uid {uid})" if uid is not None else "this server"
         return StorageError(
-            f"{what}: permission denied{where}: {who} cannot write there. Make the data dir "
-            "writable for it (chown it to that uid), or, in a container with a bind mount, "
-            "run it as the folder's owner (docker run --user UID:GID)"
+            f"{what}: permission denied{where}: {who} may not use it. Make the data dir "
+            "readable and writable for it (chown it to that uid), or, in a container with a "
+            "bind mount, run it as the folder's owner (docker run --user UID:GID)"
         )
     reason = {
         errno.ENOSPC: "no space left on the device (the disk is full)",

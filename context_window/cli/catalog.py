@@ -100,6 +100,7 @@ class Catalog:
                 session = self._readable(info.id)
                 if session is not None:
                     rows.append(SessionRow(info, session.stats()))
+        self.unreadable.update(self._sessions.unreadable)
         return rows
 
     def _readable(self, session_id: str) -> Session | None:

@@ -13,7 +13,7 @@ so beside a live server it never mistakes a line being written for a torn one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -109,14 +109,27 @@ def audit(data_dir: Path) -> Report:
     sessions = data_dir / "sessions"
     if sessions.is_dir():
         _leftover_temps(report, sessions)
-        for child in _children(sessions):
-            _audit_session(report, child)
+        _audit_each(report, sessions, _audit_session)
     documents = data_dir / "documents"
     if documents.is_dir():
         _leftover_temps(report, documents)
-        for child in _children(documents):
-            _audit_document(report, child)
+        _audit_each(report, documents, _audit_document)
     return report
+
+
+def _audit_each(report: Report, parent: Path, check: Callable[[Report, Path], None]) -> None:
+    """``check`` each directory in ``parent``; one this process may not read is named
+    (the tools skip it too) and the others are still checked."""
+    for child in _children(parent):
+        try:
+            check(report, child)
+        except OSError as exc:
+            where = f" on {exc.filename}" if exc.filename else ""
+            report.add(
+                child,
+                f"unreadable: {(exc.strerror or type(exc).__name__).lower()}{where}; the "
+                "server skips it until this user may read it (chmod or chown it)",
+            )
 
 
 def run(data_dir: Path, out: TextIO) -> int:

@@ -69,6 +69,7 @@ class SessionStore:
         self.max_open = max_open
         self.snapshot_after = snapshot_after
         self._metas: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}  # for page()
+        self.unreadable: dict[str, str] = {}  # session id -> why a listing skipped it
 
     def _cached(self, sid: str) -> Session | None:
         """The session ``sid`` if it is kept in memory, now the most recently used."""
@@ -117,7 +118,13 @@ class SessionStore:
         created = False
         repair = ""
         if meta is None:
-            has_log = (directory / "entries.jsonl").exists()
+            try:  # a read refused by permissions is no damage: refuse, repair nothing
+                has_log = (directory / "entries.jsonl").exists()
+                meta_path.open("rb").close()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise storage_error(exc, f"cannot read session {sid!r}") from exc
             created = not has_log
             if meta_path.exists():  # unreadable: keep the damaged bytes for a person to see
                 meta_path.replace(meta_path.with_name("meta.json.corrupt"))
@@ -238,7 +245,7 @@ class SessionStore:
         a meta.json is read again only when it changed (inode, mtime or size) since the
         last call.
         """
-        infos = [self._info(sid) for sid in self.ids()]
+        infos = [i for i in map(self._info, self.ids()) if i is not None]
         needle = (text or "").strip().casefold()
         kept = [i for i in infos if needle in i.id.casefold() or needle in i.title.casefold()]
         kept.sort(key=lambda s: s.updated_at, reverse=True)
@@ -247,8 +254,9 @@ class SessionStore:
             tuple(kept[offset:end]), len(infos), len(kept), offset, (text or "").strip()
         )
 
-    def _info(self, sid: str) -> SessionInfo:
-        """A session's listing from its meta.json (cached by the file's ``file_stamp``)."""
+    def _info(self, sid: str) -> SessionInfo | None:
+        """A session's listing from its meta.json (cached by the file's ``file_stamp``);
+        None, noted in ``unreadable``, for one this process may not read."""
         meta_path = self.root / sid / "meta.json"
         stamp = file_stamp(meta_path)
         cached = self._metas.get(sid)
@@ -261,9 +269,11 @@ class SessionStore:
         with self._open_guard:
             session = self._open.get(sid)
         journal = self.root / sid / "entries.jsonl"
-        return SessionInfo(
-            id=sid,
-            title=meta["title"] if isinstance(meta.get("title"), str) else sid,
-            created_at=time_or_none(meta.get("created_at")) or 0.0,
-            updated_at=session.updated_at() if session else updated_time(journal, meta),
-        )
+        try:
+            updated = session.updated_at() if session else updated_time(journal, meta)
+        except OSError as exc:
+            self.unreadable[sid] = str(storage_error(exc, "cannot read it"))
+            return None
+        self.unreadable.pop(sid, None)
+        title = meta["title"] if isinstance(meta.get("title"), str) else sid
+        return SessionInfo(sid, title, time_or_none(meta.get("created_at")) or 0.0, updated)
