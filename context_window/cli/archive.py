@@ -134,7 +134,7 @@ def export_document(
     if fmt == "md":
         out.writelines(document_markdown(meta, text))
     else:
-        chunks = (chunk_record(c) for c in store.stored_chunks(doc, text))
+        chunks = (chunk_record(c) for c in store.tables(doc).cut(text))
         out.writelines(document_jsonl(meta, text, counted(chunks, doc.chunks, progress, "chunks")))
     return Exported("document", doc.id, doc.chunks, 0)
 

@@ -173,24 +173,6 @@ class Catalog:
     def _answer_every(self, query: str, limit: int) -> Answer | None:
         """The best lines of every document; one that cannot be searched (a damaged index)
         is skipped and noted in ``damaged``, so it never hides the others."""
-        try:
-            return self._answer(query, None, limit)
-        except StorageError:
-            pass
-        found: list[Answer] = []
-        for doc in self.documents_store.all():
-            try:
-                answer = self._answer(query, doc.id, limit)
-            except StorageError as exc:
-                self.damaged[doc.id] = str(exc)
-                continue
-            if answer is not None:
-                found.append(answer)
-        hits = sorted((h for a in found for h in a.hits), key=lambda h: -h.score)[:limit]
-        return Answer(
-            tuple(hits),
-            sum(a.chunks_matched for a in found),
-            sum(a.omitted for a in found),
-            max((a.used_tokens for a in found), default=0),
-            self.budget,
-        )
+        found = self._answer(query, None, limit)
+        self.damaged.update(found.skipped if found else ())
+        return found

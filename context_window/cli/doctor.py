@@ -20,8 +20,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from context_window.documents.index import NUMBERS_SINCE
-from context_window.documents.tables import INDEX_ARRAYS
+from context_window.documents.checks import load_array
+from context_window.documents.index import NUMBERS_SINCE, OldIndex
+from context_window.documents.tables import INDEX_ARRAYS, Tables
 from context_window.errors import StorageError
 from context_window.journal import REWRITE, Journal, parse_line
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
@@ -335,7 +336,24 @@ def _audit_document(report: Report, directory: Path) -> None:
     cursor = meta.get("cursor", 0)
     if meta and not (isinstance(cursor, int) and 0 <= cursor <= found):
         report.add(directory / "meta.json", f"cursor {cursor!r:.40} outside 0..{found}")
+    before = len(report.problems)
     _audit_index(report, directory, found, old)
+    if not old and len(report.problems) == before:
+        _audit_reader(report, directory)
+
+
+def _audit_reader(report: Report, directory: Path) -> None:
+    """Open the document as the tools do, then check every value the reads rely on
+    (linear in the index's size; arrays are memory-mapped, not copied)."""
+    try:
+        tables = Tables(directory)
+    except OldIndex:
+        return  # re-indexed on first use
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        report.add(directory / "index", f"damaged: {exc!s:.200}")
+        return
+    for problem in tables.index.verify():
+        report.add(directory / "index", f"damaged: {problem}")
 
 
 def _read(report: Report, path: Path) -> bytes | None:
@@ -404,8 +422,8 @@ def _audit_table(report: Report, directory: Path, chars: int | None) -> int | No
         report.add(index, "missing")
         return None
     try:
-        table = np.load(index / "chunks.npy", allow_pickle=False)
-        spans = np.load(index / "spans.npy", allow_pickle=False)
+        table = load_array(index / "chunks.npy")
+        spans = load_array(index / "spans.npy")
         size = (directory / "source.txt").stat().st_size
     except FileNotFoundError as exc:
         report.add(Path(str(exc.filename)), "missing")
@@ -456,7 +474,7 @@ def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> 
     for name, extra in arrays.items():
         path = index / name
         try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            arr = load_array(path)
         except FileNotFoundError:
             report.add(path, "missing")
             continue

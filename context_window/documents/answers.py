@@ -54,6 +54,7 @@ class Answer:
     used_tokens: int
     budget: int
     short: bool = False  # hit headers without their heading trails (a tiny budget)
+    skipped: tuple[tuple[str, str], ...] = ()  # (doc id, why) a search of all left out
 
 
 # Each edge puts one line under the header on how to read on from a hit (a tool call for

@@ -41,6 +41,14 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from context_window.documents.checks import (
+    DamagedIndex,
+    check_offsets,
+    check_span,
+    load_array,
+    stat_count,
+    verify_index,
+)
 from context_window.retrieval.bm25 import average_idf, idf_values, term_scores
 from context_window.retrieval.termcount import (
     NUMBER,
@@ -335,8 +343,7 @@ class DocIndex:
         stats = json.loads((directory / "stats.json").read_text(encoding="utf-8"))
         if stats.get("version") != INDEX_VERSION:
             raise OldIndex(f"index version {stats.get('version')} is not {INDEX_VERSION}")
-        self.n_chunks = int(stats["chunks"])
-        self.n_terms = int(stats["terms"])
+        self.n_chunks, self.n_terms = stat_count(stats, "chunks"), stat_count(stats, "terms")
         self.avgdl = float(stats["avgdl"])
         self.total_len = int(stats.get("total_len", round(self.avgdl * self.n_chunks)))
         self.average_idf = float(stats["average_idf"])
@@ -344,17 +351,21 @@ class DocIndex:
         if (directory / "terms.bin").stat().st_size:
             with (directory / "terms.bin").open("rb") as f:
                 self._terms = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self._term_off = _load(directory / "term_offsets.npy")
+        self._term_off = load_array(directory / "term_offsets.npy", IN_MEMORY_BYTES)
         self.n_words = len(self._term_off) - 1
-        self._numbers = _load(directory / "numbers.npy")
+        self._numbers = load_array(directory / "numbers.npy", IN_MEMORY_BYTES)
         if self.n_words + len(self._numbers) != self.n_terms:
             raise ValueError(
                 f"{self.n_words} words and {len(self._numbers)} numbers, not {self.n_terms} terms"
             )
-        self._post_off = _load(directory / "post_offsets.npy")
-        self._chunks = _load(directory / "post_chunks.npy")
-        self._tfs = _load(directory / "post_tfs.npy")
-        self._doc_len = _load(directory / "doc_len.npy")
+        self._post_off = load_array(directory / "post_offsets.npy", IN_MEMORY_BYTES)
+        self._chunks = load_array(directory / "post_chunks.npy", IN_MEMORY_BYTES)
+        self._tfs = load_array(directory / "post_tfs.npy", IN_MEMORY_BYTES)
+        self._doc_len = load_array(directory / "doc_len.npy", IN_MEMORY_BYTES)
+        check_offsets("term_offsets.npy", self._term_off, self.n_words + 1, len(self._terms))
+        check_offsets("post_offsets.npy", self._post_off, self.n_terms + 1, len(self._chunks))
+        if len(self._tfs) != len(self._chunks) or self._doc_len.shape != (self.n_chunks,):
+            raise ValueError(f"array lengths do not agree with {self.n_chunks} chunks")
         self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
         self._held: dict[str, Postings | None] = {}  # term -> its postings, for term_postings
         # A small vocabulary is read whole: a search over hundreds of small documents
@@ -400,9 +411,23 @@ class DocIndex:
         return -1
 
     def postings(self, term_id: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic]]:
-        """(chunk numbers, term frequencies) of one term."""
-        a, b = int(self._post_off[term_id]), int(self._post_off[term_id + 1])
-        return np.asarray(self._chunks[a:b]), np.asarray(self._tfs[a:b])
+        """(chunk numbers, term frequencies) of one term, checked as they are read."""
+        a, b = self._span(term_id)
+        chunks = np.asarray(self._chunks[a:b])
+        if len(chunks) and int(chunks.max()) >= self.n_chunks:
+            raise DamagedIndex(self.dir.parent.name, f"a posting for chunk {int(chunks.max())}")
+        return chunks, np.asarray(self._tfs[a:b])
+
+    def _span(self, term_id: int) -> tuple[int, int]:
+        try:
+            return check_span("post_offsets.npy", self._post_off, term_id, len(self._chunks))
+        except ValueError as exc:
+            raise DamagedIndex(self.dir.parent.name, str(exc)) from None
+
+    def verify(self) -> list[str]:
+        """Every value of this index checked at once, for doctor (``checks.verify_index``)."""
+        terms, off = bytes(self._terms), self._term_off
+        return verify_index(terms, off, self._numbers, self._post_off, self._chunks, self.n_chunks)
 
     def term_postings(self, term: str) -> Postings | None:
         """(chunk numbers, term frequencies, chunk lengths) of ``term``, or None.
@@ -429,7 +454,10 @@ class DocIndex:
     def doc_freq(self, term: str) -> int:
         """In how many chunks ``term`` occurs."""
         tid = self.find(term)
-        return 0 if tid < 0 else int(self._post_off[tid + 1] - self._post_off[tid])
+        if tid < 0:
+            return 0
+        a, b = self._span(tid)
+        return b - a
 
     def first_with_all(self, terms: Sequence[str], before: int, count: int) -> list[int]:
         """Up to ``count`` earliest chunks below ``before`` that hold every one of ``terms``."""
@@ -461,17 +489,6 @@ class DocIndex:
     def scores(self, query_terms: Sequence[str]) -> F64:
         """BM25 score of every chunk of this document alone (rank_bm25's numbers)."""
         return score_all([self], query_terms)[0][0]
-
-
-def _load(path: Path) -> npt.NDArray[Any]:
-    """A memory-mapped array, or an in-memory one when the file is small.
-
-    Slicing a memory map costs microseconds of Python each time; a search over
-    hundreds of small documents slices each one's arrays, so those are read whole.
-    """
-    small = path.stat().st_size <= IN_MEMORY_BYTES
-    arr: npt.NDArray[Any] = np.load(path, mmap_mode=None if small else "r", allow_pickle=False)
-    return arr
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -31,6 +31,7 @@ from context_window.documents.build import (
     no_progress,
     sha256_of,
 )
+from context_window.documents.checks import DamagedIndex
 from context_window.documents.cursors import read_cursor, write_cursor
 from context_window.documents.freshness import SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
@@ -293,9 +294,7 @@ class DocumentStore:
                     reindex(self, doc)
                     tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
-                raise StorageError(
-                    f"document {doc.id!r} has a damaged index ({exc})", remedy=REINGEST
-                ) from exc
+                raise DamagedIndex(doc.id, str(exc)) from exc
             self._tables[doc.id] = (doc.created_at, tables)
             return tables
 
@@ -316,20 +315,6 @@ class DocumentStore:
                 remedy=REINGEST,
             )
         return meta, data
-
-    def stored_chunks(self, doc: DocInfo, text: str) -> Iterator[Chunk]:
-        """The document's chunks as stored, one by one, cut from ``text`` (its source) by
-        the chunk table; StorageError once a chunk's range does not lie within it."""
-        tables = self.tables(doc)
-        for i, row in enumerate(tables.table.tolist()):
-            start, end, tokens, line = (int(v) for v in row)
-            if not 0 <= start <= end <= len(text):
-                raise StorageError(
-                    f"document {doc.id!r} is damaged (chunk {i} is at {start}..{end} of a "
-                    f"{len(text):,}-character source)",
-                    remedy=REINGEST,
-                )
-            yield Chunk(i, text[start:end], tokens, start, end, tables.heading(i), line)
 
     def retried(self, first: Callable[[], R], again: Callable[[], R]) -> R:
         """``first()``; if it fails on the files, ``again()`` under ``guard`` (no replace or
@@ -407,23 +392,17 @@ class DocumentStore:
                 f"query {query!r:.60} has no searchable words (2+ letters or digits, "
                 "not only stop words)"
             )
-        return self._best_chunks(terms, doc_id, limit)[0]
-
-    def _best_chunks(
-        self, terms: list[str], doc_id: str | None, limit: int
-    ) -> tuple[list[Hit], dict[str, Tables]]:
-        """The best chunks for analysed ``terms``, and the tables of the documents searched."""
         _check_limit(limit)
         docs, tables, ranked = self._ranked(terms, doc_id, limit)
-        hits = self._hits(docs, tables, ranked, doc_id is None)
-        return hits, {d.id: t for d, t in zip(docs, tables, strict=True)}
+        return self._hits(docs, tables, ranked, doc_id is None)
 
     def _ranked(
-        self, terms: list[str], doc_id: str | None, limit: int
+        self, terms: list[str], doc_id: str | None, limit: int, skip: Collection[str] = ()
     ) -> tuple[list[DocInfo], list[Tables], Ranked]:
-        """The documents searched, their tables, and their ``limit`` best chunks ranked
-        (the caller has checked the limit it was given)."""
-        docs = [self.get(doc_id)] if doc_id is not None else self._searchable()
+        """The documents searched (all but ``skip``), their tables, and their ``limit``
+        best chunks ranked (the caller has checked the limit it was given)."""
+        searched = self._searchable() if doc_id is None else [self.get(doc_id)]
+        docs = [d for d in searched if d.id not in skip]
         tables = [self.tables(d) for d in docs]
         return docs, tables, ranked_chunks(self._corpus(tables), terms, limit)
 
@@ -456,21 +435,40 @@ class DocumentStore:
                 self._joined = (tables, corpus)
             return corpus
 
-    @_steady
     def answer(
         self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0
     ) -> Answer | None:
-        """The best passages for ``query`` within ``budget`` (see ``docsearch``).
+        """The best passages for ``query`` within ``budget`` (see ``docsearch``); None
+        when the query has no searchable terms. A search of every document skips one
+        with a damaged index and names it in the answer's ``skipped``."""
+        skipped: dict[str, str] = {}
+        while True:
+            try:
+                found = self._answer(query, doc_id, limit, budget, reserve, skipped)
+            except DamagedIndex as exc:
+                if doc_id is not None or exc.doc_id in skipped:
+                    raise
+                skipped[exc.doc_id] = str(exc)
+                continue
+            return replace(found, skipped=tuple(skipped.items())) if found else found
 
-        None when the query has no searchable terms.
-        """
+    @_steady
+    def _answer(
+        self,
+        query: str,
+        doc_id: str | None,
+        limit: int,
+        budget: int,
+        reserve: int,
+        skip: Collection[str],
+    ) -> Answer | None:
         terms = self.analyzer.query(query or "")
         if not terms:
             return None
         _check_limit(limit)
         # Ranked once, read as needed: the best k chunks are the best k of any more.
         top = max(limit, CANDIDATE_CHUNKS)
-        docs, tables, ranked = self._ranked(terms, doc_id, top)
+        docs, tables, ranked = self._ranked(terms, doc_id, top, skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         # Read CANDIDATE_CHUNKS chunks. While most chunks read earn a hit of their own,
         # a higher limit can show more: read twice as many (up to the limit) and redo.

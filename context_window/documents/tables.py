@@ -9,8 +9,9 @@ heading trail.
 
 from __future__ import annotations
 
-import json
+import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,8 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from context_window.documents.checks import DamagedIndex, load_array, read_trails
 from context_window.documents.index import DocIndex
-from context_window.errors import REINGEST, StorageError
+from context_window.errors import StorageError
 from context_window.models import Chunk, Count, Reserve
 from context_window.storage import read_at
 
@@ -149,11 +151,23 @@ class Tables:
         self.dir = directory
         self._source = str(directory / "source.txt")
         self.index = DocIndex(index_dir)  # first: an older release's layout is OldIndex
-        self.spans = np.load(index_dir / "spans.npy", mmap_mode="r")
-        self.table = np.load(index_dir / "chunks.npy")
-        self.heading_ids = np.load(index_dir / "heading_ids.npy")
-        trails = json.loads((index_dir / "headings.json").read_text(encoding="utf-8"))["trails"]
-        self.trails: list[str] = [str(t) for t in trails]
+        self.spans = load_array(index_dir / "spans.npy")
+        self.table = load_array(index_dir / "chunks.npy", math.inf)
+        self.heading_ids = load_array(index_dir / "heading_ids.npy", math.inf)
+        self.trails = read_trails(index_dir / "headings.json")
+        n = self.index.n_chunks
+        if self.spans.shape != (n, 2) or self.table.shape != (n, 4) or len(self.heading_ids) != n:
+            raise ValueError(f"chunk table shapes do not agree with {n} chunks")
+        if n and int(self.heading_ids.max()) >= len(self.trails):
+            raise ValueError(f"heading {int(self.heading_ids.max())} of {len(self.trails)}")
+        size = (directory / "source.txt").stat().st_size
+        spans, starts, ends = self.spans, self.table[:, 0], self.table[:, 1]
+        if n and not (
+            int(spans.min()) >= 0 and int(spans[:, 1].max()) <= size and (starts >= 0).all()
+        ):
+            raise ValueError(f"chunk spans outside the {size:,}-byte source")
+        if n and not ((spans[:, 0] <= spans[:, 1]).all() and (starts <= ends).all()):
+            raise ValueError("chunk spans end before they start")
 
     def chunk_of(self, line: int) -> int:
         """The chunk holding the start of source line ``line``.
@@ -195,12 +209,21 @@ class Tables:
                     raise ValueError(f"chunk {i} is {len(text)} characters, not {end - start}")
                 chunks.append(Chunk(i, text, tokens, start, end, self.heading(i), line))
         except (OSError, ValueError, IndexError, TypeError) as exc:  # TypeError: a flat table
-            raise self.damaged(f"source.txt: {type(exc).__name__}") from exc
+            raise self.damaged(f"{exc!s:.120}") from exc
         return chunks
 
+    def cut(self, text: str) -> Iterator[Chunk]:
+        """Every chunk as stored, cut from ``text`` (the source) by the chunk table; a
+        StorageError once a chunk's range does not lie within it."""
+        for i, row in enumerate(self.table.tolist()):
+            start, end, tokens, line = (int(v) for v in row)
+            if not 0 <= start <= end <= len(text):
+                raise self.damaged(f"chunk {i} is at {start}..{end} of {len(text):,} characters")
+            yield Chunk(i, text[start:end], tokens, start, end, self.heading(i), line)
+
     def damaged(self, what: str) -> StorageError:
-        """The error for a document whose files no longer agree."""
-        return StorageError(f"document {self.dir.name!r} is damaged ({what})", remedy=REINGEST)
+        """The error for a document whose source no longer agrees with its index."""
+        return DamagedIndex(self.dir.name, what, "source.txt")
 
 
 def _read_at(path: str, offset: int, size: int) -> bytes:

@@ -16,10 +16,12 @@ from context_window.documents.answers import LineHit
 from context_window.documents.outline import Outline
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
+from context_window.errors import REINGEST
 from context_window.models import Chunk, Count, Entry, SessionPage
 from context_window.packing import fit_data, settle
 from context_window.server import document_text as dt
 from context_window.server import session_text as st
+from context_window.server.adapters import ADVICE
 from context_window.service import (
     Changed,
     Listed,
@@ -345,9 +347,13 @@ def outlined(o: Outline, count: Count) -> CallToolResult:
 def searched(s: Searched, count: Count) -> CallToolResult:
     """doc_search: hits best first under a header stating the answer's own size."""
     found = s.answer
+    skipped = [
+        f"Skipped {why:.200}{ADVICE[REINGEST]}." for _, why in (found.skipped if found else ())
+    ]
     if found is None or not found.hits:
         data = {"hits": [], "query": s.query, "omitted": 0, "searchable": found is not None}
-        return result(s.instead, data, s.budget, count)
+        text = "\n".join([s.instead, *skipped])
+        return result(text, {**data, "skipped": skipped} if skipped else data, s.budget, count)
     body = [h.render(found.short) for h in found.hits]
     text, used = settle(
         lambda u: "\n\n".join(
@@ -364,6 +370,8 @@ def searched(s: Searched, count: Count) -> CallToolResult:
         "used_tokens": used,
         "budget": s.budget,
     }
+    if skipped:  # a damaged document is named, beyond the budget of what was found
+        text, data["skipped"] = "\n".join([*skipped, text]), skipped
     return result(text, data, s.budget, count)
 
 

@@ -1,0 +1,147 @@
+"""What a document's reader relies on, checked before it is relied on.
+
+Index files changed on disk (a bad sector, a hand edit, a file from another version)
+must give one clear error naming the document, not an IndexError deep in a search or
+a MemoryError from a header that claims 2^40 rows. Three levels, each bounded:
+
+- ``load_array`` checks an array file's header against the file's size before
+  anything is allocated or mapped.
+- The readers (``index.DocIndex``, ``tables.Tables``) check, as they read, the
+  values they are about to use: a slice's offsets, a posting's chunk numbers, a
+  heading id. Each check costs O(1) or O(what is read anyway).
+- ``verify`` checks every value at once, for doctor: linear in the index's size,
+  vectorised, reading memory-mapped arrays through the page cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from context_window.errors import REINGEST, StorageError
+
+CHECKED_WHOLE = 1 << 16  # offsets checked whole when opened, up to this many (microseconds)
+_HEADERS = {
+    1: np.lib.format.read_array_header_1_0,
+    2: np.lib.format.read_array_header_2_0,
+}
+
+
+class DamagedIndex(StorageError):
+    """A document whose files (its index, or the source the index points into) do not
+    hold what the reader relies on."""
+
+    def __init__(self, doc_id: str, what: str, part: str = "index") -> None:
+        super().__init__(f"document {doc_id!r} has a damaged {part} ({what})", remedy=REINGEST)
+        self.doc_id = doc_id
+
+
+def load_array(path: Path, in_memory_up_to: float = 0) -> npt.NDArray[Any]:
+    """The array in ``path``, memory-mapped when its data is over ``in_memory_up_to``
+    bytes. ValueError, before any allocation, when the header does not fit the file."""
+    with path.open("rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = _HEADERS.get(major)
+        if read is None:
+            raise ValueError(f"{path.name}: array format version {major} is not one we write")
+        shape, fortran, dtype = read(f)
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    if dtype.hasobject or fortran:
+        raise ValueError(f"{path.name}: not an array layout we write")
+    data = math.prod(shape) * dtype.itemsize
+    if offset + data != size:
+        raise ValueError(
+            f"{path.name}: its header says {shape} of {dtype} ({data:,} bytes), the file holds "
+            f"{size - offset:,}"
+        )
+    mapped = data > 0 and data > in_memory_up_to
+    arr: npt.NDArray[Any] = np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
+    return arr
+
+
+def check_span(name: str, offsets: npt.NDArray[Any], i: int, end: int) -> tuple[int, int]:
+    """``offsets[i]``, ``offsets[i + 1]`` as a slice within ``0..end``; ValueError if not."""
+    a, b = int(offsets[i]), int(offsets[i + 1])
+    if not 0 <= a <= b <= end:
+        raise ValueError(f"{name}: entry {i} spans {a}..{b}, outside 0..{end}")
+    return a, b
+
+
+def check_offsets(name: str, offsets: npt.NDArray[Any], rows: int, end: int) -> None:
+    """What the readers check when they open: ``rows`` offsets from 0 to ``end``, never
+    falling. A long array's values between are checked as each slice is read instead
+    (``check_span``): opening a large index reads only its headers."""
+    if offsets.ndim != 1 or len(offsets) != rows:
+        raise ValueError(f"{name}: {offsets.shape} offsets, expected {rows}")
+    if int(offsets[0]) != 0 or int(offsets[-1]) != end:
+        raise ValueError(f"{name}: runs {int(offsets[0])}..{int(offsets[-1])}, not 0..{end}")
+    if rows <= CHECKED_WHOLE and not _rising(offsets):
+        raise ValueError(f"{name}: offsets fall")
+
+
+def stat_count(stats: dict[str, Any], key: str) -> int:
+    """A whole, non-negative number from stats.json; ValueError if it is not one."""
+    value = stats.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"stats.json: {key} is {value!r:.40}, not a count")
+    return value
+
+
+def read_trails(path: Path) -> list[str]:
+    """The heading trails of headings.json; ValueError when it is not a list of strings."""
+    trails = json.loads(path.read_text(encoding="utf-8"))
+    trails = trails.get("trails") if isinstance(trails, dict) else None
+    if not isinstance(trails, list) or not all(isinstance(t, str) for t in trails):
+        raise ValueError("headings.json: not a list of heading trails")
+    return trails
+
+
+def verify_index(
+    terms: bytes,
+    term_off: npt.NDArray[Any],
+    numbers: npt.NDArray[Any],
+    post_off: npt.NDArray[Any],
+    post_chunks: npt.NDArray[Any],
+    n_chunks: int,
+) -> list[str]:
+    """Every value of an index the readers rely on, checked at once; the problems
+    found, one line each (see ``index.DocIndex.verify``)."""
+    problems: list[str] = []
+    if not _rising(term_off):
+        problems.append("term_offsets.npy: offsets fall")
+    else:
+        try:
+            terms.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(f"terms.bin: not UTF-8 at byte {exc.start}")
+        else:
+            if any(a >= b for a, b in itertools.pairwise(_words(terms, term_off))):
+                problems.append("terms.bin: terms out of order (a search would miss them)")
+    if len(numbers) > 1 and not bool(np.all(numbers[1:] > numbers[:-1])):
+        problems.append("numbers.npy: numbers out of order")
+    if not _rising(post_off):
+        problems.append("post_offsets.npy: offsets fall")
+    if len(post_chunks) and int(post_chunks.max()) >= n_chunks:
+        problems.append(f"post_chunks.npy: chunk {int(post_chunks.max())} of {n_chunks}")
+    return problems
+
+
+def _words(terms: bytes, term_off: npt.NDArray[Any], block: int = 1 << 16) -> Iterator[bytes]:
+    """The terms in order, their offsets read a block at a time (bounded memory)."""
+    for at in range(0, len(term_off) - 1, block):
+        off = term_off[at : at + block + 1].tolist()
+        for a, b in itertools.pairwise(off):
+            yield terms[a:b]
+
+
+def _rising(offsets: npt.NDArray[Any]) -> bool:
+    """Whether ``offsets`` never fall (compared, not subtracted: they are unsigned)."""
+    return bool(np.all(offsets[1:] >= offsets[:-1]))
