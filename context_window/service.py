@@ -492,6 +492,10 @@ class Service:
 
         return await self.run(DOCUMENTS, work)
 
+    async def damaged_documents(self) -> dict[str, str]:
+        """The documents a listing leaves out, each with what is wrong with its meta.json."""
+        return await self.run(DOCUMENTS, self.documents.unreadable)
+
     async def forget(self, doc_id: str) -> DocInfo:
         """Delete a document and everything derived from it."""
         return await self.run(DOCUMENTS, lambda: self.documents.forget(doc_id))

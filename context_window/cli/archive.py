@@ -35,8 +35,14 @@ from context_window.config import recorded_chunk_settings
 from context_window.documents.build import Progress, encode_text, no_progress, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore
-from context_window.documents.tables import chunk_record
-from context_window.errors import InvalidInput, NotFound, StorageError
+from context_window.documents.tables import DocInfo, chunk_record
+from context_window.errors import (
+    LIST_DOCUMENTS,
+    REINGEST,
+    InvalidInput,
+    NotFound,
+    StorageError,
+)
 from context_window.journal import jsonl_line
 from context_window.localtime import time_or_none
 from context_window.sessions.store import SessionStore
@@ -121,6 +127,24 @@ def _known_times(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in bad} if bad else record
 
 
+def _stored(store: DocumentStore, doc: DocInfo) -> tuple[dict[str, Any], bytes]:
+    """The document's meta.json as stored and its source bytes, checked against the
+    sha256 (StorageError if they no longer match: the document is damaged)."""
+    meta = store.read_meta(doc.id)
+    if meta is None:
+        raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)
+    try:
+        data = (store.root / doc.id / "source.txt").read_bytes()
+    except OSError as exc:
+        raise StorageError(f"cannot read document {doc.id!r}: {exc.strerror}") from exc
+    if doc.sha256 and sha256_of(data) != doc.sha256:
+        raise StorageError(
+            f"document {doc.id!r} is damaged: source.txt does not match its sha256",
+            remedy=REINGEST,
+        )
+    return meta, data
+
+
 def export_document(
     catalog: Catalog, doc_id: str, fmt: str, out: TextIO, progress: Progress = no_progress
 ) -> Exported:
@@ -128,7 +152,7 @@ def export_document(
     _check_format(fmt)
     doc = catalog.document(doc_id)
     store = catalog.documents_store
-    meta, data = store.stored(doc)
+    meta, data = _stored(store, doc)
     text = decode_utf8(data, f"document {doc.id!r}")
     del data
     if fmt == "md":

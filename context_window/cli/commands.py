@@ -116,10 +116,10 @@ def _docs(settings: Settings, ns: argparse.Namespace) -> int:
     catalog = _catalog(settings)
     docs = catalog.documents()
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
-    for doc_id in catalog.documents_store.unreadable():
+    for doc_id, why in catalog.documents_store.unreadable().items():
         sys.stderr.write(
-            f"context-window: skipped document {doc_id!r}: its meta.json is missing or "
-            "damaged (see context-window doctor)\n"
+            f"context-window: skipped document {doc_id!r}: damaged meta.json ({why}) "
+            "(see context-window doctor)\n"
         )
     return 0
 

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from context_window.documents.checks import load_array
+from context_window.documents.checks import load_array, meta_problem, summary_problem
 from context_window.documents.index import NUMBERS_SINCE, OldIndex
 from context_window.documents.tables import INDEX_ARRAYS, Tables
 from context_window.errors import StorageError
@@ -319,9 +319,11 @@ def _audit_document(report: Report, directory: Path) -> None:
     report.documents += 1
     meta = _audit_meta(report, directory, ("id", "chunks", "sha256", "chars"))
     n = meta.get("chunks")
-    if meta and not (isinstance(n, int) and n >= 0):
-        report.add(directory / "meta.json", f"chunk count {n!r:.40} is not a whole number")
-        n = None
+    if meta and (problem := meta_problem(meta)) is not None:
+        report.add(directory / "meta.json", f"{problem}: the tools refuse this document")
+        n = n if isinstance(n, int) else None
+    if meta and (problem := summary_problem(meta.get("summary"))) is not None:
+        report.add(directory / "meta.json", f"cached summary {problem}: it is made again")
     chars = _audit_source(report, directory, meta)
     # A release before index version 3 kept each chunk's text in chunks.jsonl too; such a
     # document is re-indexed on first use, and until then it is checked as it was.

@@ -35,9 +35,9 @@ _HEADERS = {
 }
 
 
-class DamagedIndex(StorageError):
-    """A document whose files (its index, or the source the index points into) do not
-    hold what the reader relies on."""
+class Damaged(StorageError):
+    """A document whose files (its index, its meta.json, or the source the index points
+    into) do not hold what the reader relies on."""
 
     def __init__(self, doc_id: str, what: str, part: str = "index") -> None:
         super().__init__(f"document {doc_id!r} has a damaged {part} ({what})", remedy=REINGEST)
@@ -145,3 +145,55 @@ def _words(terms: bytes, term_off: npt.NDArray[Any], block: int = 1 << 16) -> It
 def _rising(offsets: npt.NDArray[Any]) -> bool:
     """Whether ``offsets`` never fall (compared, not subtracted: they are unsigned)."""
     return bool(np.all(offsets[1:] >= offsets[:-1]))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and math.isfinite(value)
+
+
+_COUNTS = ("chars", "chunks", "tokens")
+_TEXTS = ("title", "source", "sha256")
+
+
+def meta_problem(meta: dict[str, Any]) -> str | None:
+    """What makes a document's meta.json unusable, or None: the fields every tool reads,
+    each of its type (as ``records.entry_problem`` does for a session's entries)."""
+    if not isinstance(meta.get("id"), str):
+        return f"id is {meta.get('id')!r:.40}, not text"
+    for key in _COUNTS:
+        if not _is_count(meta.get(key)):
+            return f"{key} is {meta.get(key)!r:.40}, not a count"
+    if not _is_count(meta.get("cursor", 0)):
+        return f"cursor is {meta.get('cursor')!r:.40}, not a count"
+    for key in _TEXTS:
+        if not isinstance(meta.get(key, ""), (str, type(None))):
+            return f"{key} is {meta.get(key)!r:.40}, not text"
+    if not _is_number(meta.get("created_at", 0.0)):
+        return f"created_at is {meta.get('created_at')!r:.40}, not a time"
+    ratio = meta.get("ratio", 0.27)
+    if not (_is_number(ratio) and ratio > 0):
+        return f"ratio is {ratio!r:.40}, not a positive number"
+    return None
+
+
+def summary_problem(summary: Any) -> str | None:
+    """What makes a cached summary unusable (it is then made again), or None."""
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        return "not an object"
+    for key in ("text", "method"):
+        if not isinstance(summary.get(key), str):
+            return f"its {key} is {summary.get(key)!r:.40}, not text"
+    if not isinstance(summary.get("reason", ""), str) or not isinstance(
+        summary.get("note", ""), str
+    ):
+        return "its reason or note is not text"
+    if not _is_count(summary.get("tokens", 0)) or not _is_count(summary.get("target_tokens")):
+        return "its token counts are not counts"
+    return None

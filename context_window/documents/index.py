@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.documents.checks import (
-    DamagedIndex,
+    Damaged,
     check_offsets,
     check_span,
     load_array,
@@ -415,14 +415,14 @@ class DocIndex:
         a, b = self._span(term_id)
         chunks = np.asarray(self._chunks[a:b])
         if len(chunks) and int(chunks.max()) >= self.n_chunks:
-            raise DamagedIndex(self.dir.parent.name, f"a posting for chunk {int(chunks.max())}")
+            raise Damaged(self.dir.parent.name, f"a posting for chunk {int(chunks.max())}")
         return chunks, np.asarray(self._tfs[a:b])
 
     def _span(self, term_id: int) -> tuple[int, int]:
         try:
             return check_span("post_offsets.npy", self._post_off, term_id, len(self._chunks))
         except ValueError as exc:
-            raise DamagedIndex(self.dir.parent.name, str(exc)) from None
+            raise Damaged(self.dir.parent.name, str(exc)) from None
 
     def verify(self) -> list[str]:
         """Every value of this index checked at once, for doctor (``checks.verify_index``)."""

@@ -29,9 +29,8 @@ from context_window.documents.build import (
     SEGMENT_CHARS,
     Progress,
     no_progress,
-    sha256_of,
 )
-from context_window.documents.checks import DamagedIndex
+from context_window.documents.checks import Damaged, meta_problem
 from context_window.documents.cursors import read_cursor, write_cursor
 from context_window.documents.freshness import SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
@@ -47,7 +46,6 @@ from context_window.documents.tables import DocInfo, Ingested, Tables, Window, f
 from context_window.errors import (
     INGEST_FIRST,
     LIST_DOCUMENTS,
-    REINGEST,
     InvalidInput,
     NotFound,
     StorageError,
@@ -233,9 +231,22 @@ class DocumentStore:
         self._searched = (stamp, docs) if settled and stamp is not None else None
         return list(docs)
 
-    def unreadable(self) -> list[str]:
-        """Ids of document directories ``all`` leaves out: no readable meta.json."""
-        return sorted(name for name in subdirs(self.root) if self.read_meta(name) is None)
+    def unreadable(self) -> dict[str, str]:
+        """The document directories ``all`` leaves out, each with what is wrong with it."""
+        found = {name: self.meta_damage(name) for name in sorted(subdirs(self.root))}
+        return {name: why for name, why in found.items() if why is not None}
+
+    def meta_damage(self, doc_id: str) -> str | None:
+        """What makes ``doc_id``'s meta.json unusable (None when it is usable or the
+        document does not exist at all)."""
+        if self.read_meta(doc_id) is not None or not (self.root / doc_id).is_dir():
+            return None
+        meta = read_json(self.root / doc_id / "meta.json")
+        if meta is None:
+            return "missing or not a JSON object"
+        if meta.get("id") != doc_id:
+            return f"its id is {meta.get('id')!r:.40}"
+        return meta_problem(meta) or "changed while read"
 
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""
@@ -244,6 +255,8 @@ class DocumentStore:
         if meta is None and self.root.is_dir():  # between a replace's two renames? wait for it
             with self.guard():
                 meta = self.read_meta(doc_id)
+        if meta is None and (why := self.meta_damage(doc_id)) is not None:
+            raise Damaged(doc_id, why, "meta.json")
         if meta is None:
             known = ", ".join(d.id for d in self.all()[:20]) or "none"
             raise NotFound(f"no document {doc_id!r}; known documents: {known}", remedy=INGEST_FIRST)
@@ -294,27 +307,12 @@ class DocumentStore:
                     reindex(self, doc)
                     tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
-                raise DamagedIndex(doc.id, str(exc)) from exc
+                raise Damaged(doc.id, str(exc)) from exc
+            if tables.index.n_chunks != doc.chunks:
+                why = f"it says {doc.chunks:,} chunks, the index holds {tables.index.n_chunks:,}"
+                raise Damaged(doc.id, why, "meta.json")
             self._tables[doc.id] = (doc.created_at, tables)
             return tables
-
-    def stored(self, doc: DocInfo) -> tuple[dict[str, Any], bytes]:
-        """The document's meta.json as stored and its source bytes, checked against the
-        sha256 (StorageError if they no longer match: the document is damaged)."""
-        folder = self.root / doc.id
-        meta = self.read_meta(doc.id)
-        if meta is None:
-            raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)
-        try:
-            data = (folder / "source.txt").read_bytes()
-        except OSError as exc:
-            raise StorageError(f"cannot read document {doc.id!r}: {exc.strerror}") from exc
-        if doc.sha256 and sha256_of(data) != doc.sha256:
-            raise StorageError(
-                f"document {doc.id!r} is damaged: source.txt does not match its sha256",
-                remedy=REINGEST,
-            )
-        return meta, data
 
     def retried(self, first: Callable[[], R], again: Callable[[], R]) -> R:
         """``first()``; if it fails on the files, ``again()`` under ``guard`` (no replace or
@@ -445,7 +443,7 @@ class DocumentStore:
         while True:
             try:
                 found = self._answer(query, doc_id, limit, budget, reserve, skipped)
-            except DamagedIndex as exc:
+            except Damaged as exc:
                 if doc_id is not None or exc.doc_id in skipped:
                     raise
                 skipped[exc.doc_id] = str(exc)

@@ -19,7 +19,13 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from context_window.documents.checks import DamagedIndex, load_array, read_trails
+from context_window.documents.checks import (
+    Damaged,
+    load_array,
+    meta_problem,
+    read_trails,
+    summary_problem,
+)
 from context_window.documents.index import DocIndex
 from context_window.errors import StorageError
 from context_window.models import Chunk, Count, Reserve
@@ -60,20 +66,24 @@ class DocInfo:
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> DocInfo:
-        """Parse meta.json (raises KeyError/TypeError/ValueError when it is not valid)."""
+        """Parse meta.json; ValueError naming the first field that is not valid (see
+        ``meta_problem``). A cached summary that is not valid is left out, made again."""
+        problem = meta_problem(meta)
+        if problem is not None:
+            raise ValueError(problem)
         summary = meta.get("summary")
         return cls(
-            id=str(meta["id"]),
-            title=str(meta.get("title") or meta["id"]),
-            source=str(meta.get("source", "")),
-            sha256=str(meta.get("sha256", "")),
-            chars=int(meta["chars"]),
-            chunks=int(meta["chunks"]),
-            tokens=int(meta["tokens"]),
-            cursor=int(meta.get("cursor", 0)),
+            id=meta["id"],
+            title=meta.get("title") or meta["id"],
+            source=meta.get("source", ""),
+            sha256=meta.get("sha256", ""),
+            chars=meta["chars"],
+            chunks=meta["chunks"],
+            tokens=meta["tokens"],
+            cursor=meta.get("cursor", 0),
             created_at=float(meta.get("created_at", 0.0)),
             ratio=float(meta.get("ratio", 0.27)),
-            summary=summary if isinstance(summary, dict) else None,
+            summary=summary if summary_problem(summary) is None else None,
             source_stat=_stat(meta.get("source_stat")),
         )
 
@@ -223,7 +233,7 @@ class Tables:
 
     def damaged(self, what: str) -> StorageError:
         """The error for a document whose source no longer agrees with its index."""
-        return DamagedIndex(self.dir.name, what, "source.txt")
+        return Damaged(self.dir.name, what, "source.txt")
 
 
 def _read_at(path: str, offset: int, size: int) -> bytes:

@@ -145,7 +145,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
     )
     @guarded("doc_list", audit)
     async def doc_list() -> CallToolResult:
-        return views.docs_listed(await service.list_documents())
+        return views.docs_listed(await service.list_documents(), await service.damaged_documents())
 
     @app.tool(
         title="Forget document",

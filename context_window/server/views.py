@@ -410,15 +410,21 @@ def summarized(s: DocSummary) -> CallToolResult:
     return result(dt.render_summary(s), data)
 
 
-def docs_listed(listed: list[Listed]) -> CallToolResult:
-    """doc_list."""
-    data = {
+def docs_listed(listed: list[Listed], damaged: dict[str, str]) -> CallToolResult:
+    """doc_list, naming the documents it cannot list."""
+    data: dict[str, Any] = {
         "documents": [
             {**doc_data(x.doc), "source_state": x.state.state, "session_cursors": x.cursors}
             for x in listed
         ]
     }
-    return result(dt.render_docs(listed), data)
+    skipped = [
+        f"Skipped document {doc_id!r}: damaged meta.json ({why}){ADVICE[REINGEST]}."
+        for doc_id, why in damaged.items()
+    ]
+    if skipped:
+        data["skipped"] = skipped
+    return result("\n".join([dt.render_docs(listed), *skipped]), data)
 
 
 def forgotten(doc: DocInfo) -> CallToolResult:

@@ -221,7 +221,7 @@ def test_docs_names_a_document_it_skips(
     assert cli(s, "docs") == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("spec  1 chunk  ") and "flags" not in captured.out
-    assert "skipped document 'flags': its meta.json is missing or damaged" in captured.err
+    assert "skipped document 'flags': damaged meta.json (missing or not a JSON" in captured.err
 
 
 def test_flags_before_or_after_the_command(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from opens import watching_opens
 
 from context_window.documents.chunking import chunk_text
 from context_window.documents.store import COARSE_SETTLED_NS, SETTLED_NS, DocumentStore
-from context_window.errors import INGEST_FIRST, InvalidInput, NotFound
+from context_window.errors import INGEST_FIRST, REINGEST, InvalidInput, NotFound, StorageError
 from context_window.tokens import TokenCounter
 
 DOCS = Path(__file__).parents[1] / "data" / "docs"
@@ -79,8 +79,9 @@ def test_a_build_without_meta_is_never_listed(store: DocumentStore) -> None:
     (half / "source.txt").write_text("crashed before meta.json")
     (store.root / ".tmp-x-1234").mkdir()
     assert [d.id for d in store.all()] == ["good"]
-    with pytest.raises(NotFound):
-        store.get("half")
+    with pytest.raises(StorageError, match=r"'half' has a damaged meta\.json") as err:
+        store.get("half")  # named, not hidden: it is not "no document"
+    assert err.value.remedy == REINGEST
 
 
 def test_window_pages_with_a_cursor(store: DocumentStore) -> None:
