@@ -34,7 +34,7 @@ from context_window.documents.progress import Report, ingest_in_thread
 from context_window.documents.store import DocumentStore
 from context_window.documents.summaries import DocSummary, chunk_lines, summarize_range
 from context_window.documents.tables import DocInfo, Ingested, Window, WindowLayout
-from context_window.errors import Busy, InvalidInput
+from context_window.errors import RETRY, Busy, InvalidInput
 from context_window.llm.calibration import Calibrator
 from context_window.llm.client import LLMClient
 from context_window.llm.summaries import Summarizer
@@ -49,6 +49,7 @@ from context_window.retrieval.analyzer import QueryLimits
 from context_window.sessions.compaction import Compaction, keep_facts, summary_input
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
+from context_window.storage import check_id, work_in_progress
 from context_window.tokens import TokenCounter
 from context_window.version import __version__
 
@@ -60,6 +61,7 @@ LIST_LIMIT = 20  # sessions context_list_sessions shows unless asked for more
 MAX_LIST_LIMIT = 200
 OUTLINE_SUMMARIES = 20  # chunks summarized per outline unless max_chunks says otherwise
 WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
+FIRST_INGEST_WAIT = 30.0  # how long a read waits for a document's first ingest to finish
 DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
 T = TypeVar("T")
 
@@ -232,6 +234,23 @@ class Service:
 
         return await anyio.to_thread.run_sync(call)
 
+    async def arrived(self, doc_id: str) -> None:
+        """Wait, at most ``FIRST_INGEST_WAIT`` seconds, while the first ingest of ``doc_id``
+        (in this process or another) is still running: a read of it then answers from
+        the finished document, not "no document". Busy if it runs longer."""
+        check_id(doc_id, "doc_id")
+        root, began = self.documents.root, time.monotonic()
+        while not (root / doc_id).is_dir() and await anyio.to_thread.run_sync(
+            work_in_progress, root, doc_id
+        ):
+            if time.monotonic() - began > FIRST_INGEST_WAIT:
+                raise Busy(
+                    f"document {doc_id!r} is still being ingested (waited "
+                    f"{FIRST_INGEST_WAIT:g} s); call again in a moment",
+                    remedy=RETRY,
+                )
+            await anyio.sleep(0.05)
+
     def wait_idle(self, timeout: float) -> bool:
         """Block until no call of ``run`` is at work (True), or ``timeout`` seconds pass."""
         with self._idle:
@@ -393,6 +412,7 @@ class Service:
     ) -> Outline:
         """A document's outline within the default budget (``summarize``: a cached one-line
         summary per chunk, for the first ``max_chunks`` or ``OUTLINE_SUMMARIES``)."""
+        await self.arrived(doc_id)
         store = self.documents
 
         def structure() -> tuple[DocInfo, list[tuple[int, str, int]]]:
@@ -419,6 +439,8 @@ class Service:
         layout: SearchLayout,
     ) -> Searched:
         """The lines best matching ``query``, in one document or all, within a budget."""
+        if doc_id is not None:
+            await self.arrived(doc_id)
         budget = budget_tokens or self.settings.budget
         store, counter = self.documents, self.counter
 
@@ -445,6 +467,7 @@ class Service:
         line: int | None = None,
     ) -> Paged:
         """Chunks in order within a budget, from ``first``, ``line`` or the cursor."""
+        await self.arrived(doc_id)
         budget = budget_tokens or self.settings.budget
         store = self.documents
 
@@ -476,6 +499,7 @@ class Service:
         refresh: bool = False,
     ) -> DocSummary:
         """Summarize chunks ``first``-``last`` or the whole document (cached)."""
+        await self.arrived(doc_id)
         return await summarize_range(
             self.documents, self.summarizer, doc_id, first, last, target_tokens, refresh
         )

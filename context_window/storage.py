@@ -325,6 +325,17 @@ def work_is_live(work: Path) -> bool | None:
         os.close(fd)
 
 
+def work_in_progress(root: Path, name: str) -> bool:
+    """Whether a living process is at work on ``name`` in ``root`` (see ``work_dir``)."""
+    work = re.compile(re.escape(f"{WORK_PREFIX}{name}-") + "[0-9a-f]{8}")
+    try:
+        with os.scandir(root) as found:
+            works = [e.path for e in found if work.fullmatch(e.name)]
+    except OSError:
+        return False
+    return any(work_is_live(Path(w)) for w in works)
+
+
 def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[str]:
     """Remove work directories (and their lock files) whose owner is gone; return their names.
 
