@@ -25,7 +25,7 @@ import anyio
 from benchmarks.corpus import session_texts
 from benchmarks.documents import child_env
 from benchmarks.measure import summary_ms, time_calls
-from benchmarks.sessions import write_session
+from benchmarks.sessions import worst_query, write_session
 from context_window.cli.main import tune_process
 from context_window.config import Settings
 from context_window.service import RECENT, Service
@@ -129,6 +129,7 @@ def bench_big_session_calls(data_dir: Path, entries: int, calls: int) -> dict[st
         small, large = out[f"{call}_1000"]["p50_ms"], out[f"{call}_{entries}"]["p50_ms"]
         out[f"{call}_ratio"] = round(large / small, 2) if small else float("nan")
     out["open_ms"] = out[f"open_{entries}"]["p50_ms"]
+    out["recall_varied"] = worst_query(service.sessions.get(f"big-{entries}"))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,54 @@ import anyio
 from benchmarks.corpus import session_queries, session_texts
 from benchmarks.measure import stopwatch, summary_ms, time_calls
 from context_window.config import Settings
+from context_window.server.session_text import RECALL
 from context_window.service import Service
+from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import write_json_atomic
 from context_window.tokens import TokenCounter
 
 BUDGET = 4000
 AFTER_APPEND = 20
+# Queries of every kind, for the slowest recall: broad words, rare words, numbers, none.
+VARIED = (
+    "the user",
+    "info",
+    "error connection",
+    "block replica exception",
+    "session opened for user root",
+    "failed password",
+    "kernel",
+    "PacketResponder terminating",
+    "jk2_init found child",
+    "workerEnv",
+    "blk_38",
+    "12345",
+    "500",
+    "0 1 2",
+    "zzz unknownword",
+)
+
+
+def worst_query(session: Session) -> dict[str, Any]:
+    """The slowest of ``VARIED`` against their median: each warm, labelled as the server
+    labels entries, the median of three calls."""
+    per: dict[str, float] = {}
+    for q in VARIED:
+
+        def recall(_: object, q: str = q) -> None:
+            session.recall(q, BUDGET, label=RECALL.label)
+
+        recall(None)
+        per[q] = statistics.median(time_calls(recall, range(3))) * 1000
+    worst = max(per, key=lambda q: per[q])
+    median = statistics.median(per.values())
+    return {
+        "worst_ms": round(per[worst], 2),
+        "median_ms": round(median, 2),
+        "worst_over_median": round(per[worst] / median, 2),
+        "worst_query": worst,
+    }
 
 
 def _settings(data_dir: Path) -> Settings:
@@ -118,6 +160,7 @@ def bench_recall(data_dir: Path, entries: int, queries: int) -> dict[str, Any]:
     out = {"entries": entries, **summary_ms(samples)}
     out["after_append"] = summary_ms(after_append)
     out["recent_p50_ms"] = summary_ms(no_query)["p50_ms"]
+    out["varied"] = worst_query(session)
     out["load_s"] = round(load[0], 3)
     out["write_s"] = round(build[0], 3)
     out["entries_returned_sample"] = hits

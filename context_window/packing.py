@@ -31,6 +31,7 @@ def pack(
     at_least_one: bool = False,
     exact: Callable[[int], int | None] | None = None,
     taken: Callable[[int], None] | None = None,
+    overshoot: int | None = None,
 ) -> Packed:
     """Choose items (by position in ``costs``, which is rank order) whose costs sum within budget.
 
@@ -42,13 +43,16 @@ def pack(
     then gives item i's true cost (None: it cannot be taken), and is only asked
     while the bound still fits. Items whose bound no longer fits are passed over in
     one step, and the walk stops once no bound further down fits. ``taken(i)`` is
-    told of each item chosen, in order, before the next is measured.
+    told of each item chosen, in order, before the next is measured. With
+    ``overshoot``, the walk also stops once more items were measured in vain than
+    were chosen plus ``overshoot``: bounds that are loose (a label left out) must not
+    make a pack measure thousands of items to choose dozens.
     """
     bounds = np.asarray(costs, dtype=np.int64)
     n = len(bounds)
     floor = np.minimum.accumulate(bounds[::-1])[::-1] if n else bounds
     chosen: list[int] = []
-    used = omitted = 0
+    used = omitted = missed = 0
     k = 0
     while k < n:
         left = budget - used
@@ -69,6 +73,10 @@ def pack(
                 taken(k)
         else:
             omitted += 1
+            missed += exact is not None
+            if overshoot is not None and missed > len(chosen) + overshoot:
+                omitted += n - k - 1
+                break
         k += 1
     return Packed(items=tuple(chosen), used_tokens=used, omitted=omitted, budget=budget)
 

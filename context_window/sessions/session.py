@@ -61,6 +61,8 @@ from context_window.tokens import TokenCounter
 log = logging.getLogger("context_window")
 
 MAX_TTL_DAYS = 36_500
+# A recall measures at most this many entries in vain beyond those it shows (see pack).
+PACK_OVERSHOOT = 16
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
 # A compaction folds at most this many tokens of originals (the oldest first): one call
 # stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
@@ -505,7 +507,7 @@ class Session:
             return int(costs[k]) + (self.counter.count(text) if text else 0)
 
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
-        packed = pack(costs, budget - reserve, exact=measure)
+        packed = pack(costs, budget - reserve, exact=measure, overshoot=PACK_OVERSHOOT)
         chosen = {order[k]: built[k][0] for k in packed.items}
         labels = {built[k][0].id: built[k][1] for k in packed.items}
         used = packed.used_tokens + reserve

@@ -99,6 +99,41 @@ def test_lazy_packing_never_exceeds_and_matches_the_plain_greedy(
     assert lazy == pack(true, budget)  # lower bounds only save work, never change the choice
 
 
+def test_overshoot_bounds_the_items_measured_in_vain() -> None:
+    # 10 items fill the budget; then 5,000 small items each fit by their bound (the text)
+    # but not by their true cost (text and label): without a bound all are measured.
+    bounds = [10] * 10 + [1] * 5_000
+    true = [10] * 10 + [9] * 5_000
+    asked: list[int] = []
+
+    def exact(i: int) -> int:
+        asked.append(i)
+        return true[i]
+
+    plain = pack(bounds, 102, exact=exact)
+    assert len(asked) == 5_010 and plain.items == tuple(range(10))
+    asked.clear()
+    bounded = pack(bounds, 102, exact=exact, overshoot=16)
+    assert bounded == plain  # the same choice, the same count of what was left out
+    assert len(asked) == 10 + 10 + 16 + 1  # what it shows, as many again, and 16 more
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 100)), max_size=50),
+    st.integers(0, 800),
+    st.integers(0, 8),
+)
+def test_overshoot_never_exceeds_and_takes_a_prefix_of_the_choice(
+    items: list[tuple[int, int]], budget: int, overshoot: int
+) -> None:
+    true = [b + extra for b, extra in items]
+    full = pack(true, budget)
+    cut = pack([b for b, _ in items], budget, exact=true.__getitem__, overshoot=overshoot)
+    assert cut.used_tokens == sum(true[i] for i in cut.items) <= budget
+    assert len(cut.items) + cut.omitted == len(items)
+    assert cut.items == full.items[: len(cut.items)]  # it stops early, never chooses otherwise
+
+
 # --- leading and fit_lines ----------------------------------------------------------
 
 
