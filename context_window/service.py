@@ -62,6 +62,7 @@ MAX_LIST_LIMIT = 200
 OUTLINE_SUMMARIES = 20  # chunks summarized per outline unless max_chunks says otherwise
 WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
 FIRST_INGEST_WAIT = 30.0  # how long a read waits for a document's first ingest to finish
+SAVE_SECONDS = 0.6  # of a clean stop's second, the time snapshots may take (save_on_stop)
 DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
 T = TypeVar("T")
 
@@ -250,6 +251,15 @@ class Service:
                     remedy=RETRY,
                 )
             await anyio.sleep(0.05)
+
+    def save_on_stop(self, until: float) -> None:
+        """At a clean stop, once no call is at work: save the snapshots the open sessions
+        lack, within ``until`` (a ``time.monotonic()``), and say so on stderr."""
+        if not self.wait_idle(max(0.0, until - time.monotonic())):
+            return  # a call still changes a session: its state is not to be saved now
+        saved = self.sessions.save_snapshots(until)
+        if saved:
+            log.info("saved the snapshot of %d session(s) for the next start", len(saved))
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no call of ``run`` is at work (True), or ``timeout`` seconds pass."""

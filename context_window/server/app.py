@@ -15,6 +15,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from context_window.server.adapters import READ_ONLY, argument_errors, guarded
 from context_window.server.document_tools import register_document_tools
 from context_window.server.session_tools import register_session_tools
 from context_window.server.stdio import serve_stdio
-from context_window.service import Service
+from context_window.service import SAVE_SECONDS, Service
 from context_window.tokens import estimate
 
 log = logging.getLogger("context_window")
@@ -146,6 +147,7 @@ def serve(settings: Settings) -> None:
     else:
         stop_on_signals(service)
         app.run("stdio")
+        service.save_on_stop(time.monotonic() + SAVE_SECONDS)  # the client closed stdin
 
 
 STOP_SECONDS = 1.5  # how long a stop waits for calls at work to finish
@@ -163,8 +165,12 @@ def stop_on_signals(service: Service) -> None:
     """
 
     def stop(signum: int, _frame: object) -> None:
+        began = time.monotonic()
+
         def drain() -> None:
             finished = service.wait_idle(STOP_SECONDS)
+            if finished:
+                service.save_on_stop(began + SAVE_SECONDS)
             log.info(
                 "stopping on %s%s",
                 signal.Signals(signum).name,

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import logging
 import socket
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_window.config import Settings
-from context_window.service import Service
+from context_window.service import SAVE_SECONDS, Service
 
 log = logging.getLogger("context_window.server.http")
 
@@ -367,8 +368,11 @@ def serve_http(app: MCPServer, service: Service) -> None:
 
     async def run() -> None:
         try:
-            await server.serve()
+            await server.serve()  # on SIGTERM it ends by raising the signal again: finally
         finally:
-            await service.aclose()
+            stopped = time.monotonic()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(service.save_on_stop, stopped + SAVE_SECONDS)
+                await service.aclose()
 
     anyio.run(run)

@@ -159,6 +159,12 @@ class Session:
         if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
             self._due = True
 
+    @property
+    def unsaved(self) -> int:
+        """Records applied since the last snapshot (what the next start would replay);
+        0 for a session read without snapshots (``snapshot_after`` None)."""
+        return 0 if self.snapshot_after is None else self._unsaved
+
     def save_snapshot(self) -> bool:
         """Save a snapshot of the state now; False when another process is saving one at
         that moment (OSError if it cannot be written).

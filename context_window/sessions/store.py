@@ -43,6 +43,9 @@ log = logging.getLogger("context_window")
 # Sessions kept replayed in memory at once (each holds its entries and index): enough
 # for a model's working set; ten thousand sessions touched once do not all stay.
 MAX_OPEN_SESSIONS = 64
+# A snapshot's save time per entry, to tell whether one fits the time left at a stop
+# (measured: 190 ms for 50k entries on a slow 2-core machine, 3.8 us each).
+SAVE_SECONDS_PER_ENTRY = 5e-6
 
 
 class SessionStore:
@@ -86,6 +89,24 @@ class SessionStore:
             self._open.move_to_end(session.id)
             while len(self._open) > self.max_open:
                 self._open.popitem(last=False)
+
+    def save_snapshots(self, until: float) -> list[str]:
+        """At a clean stop: save a snapshot of each open session the last one lacks
+        records of, most first, each only when it is expected to end before ``until`` (a
+        ``time.monotonic()``), so the next start replays little. Returns the ids saved."""
+        with self._open_guard:
+            pending = sorted(self._open.values(), key=lambda s: -s.unsaved)
+        saved = []
+        for session in (s for s in pending if s.unsaved):
+            if time.monotonic() + session.size() * SAVE_SECONDS_PER_ENTRY > until:
+                continue  # a big one would overrun the stop: it replays next time
+            try:
+                session.save_snapshot()
+            except Exception as exc:  # a cache, never fatal: the journal is the truth
+                log.warning("no snapshot for session %r at the stop: %s", session.id, exc)
+                continue
+            saved.append(session.id)
+        return saved
 
     def kept(self) -> list[str]:
         """Ids of the sessions kept in memory, least recently used first."""
