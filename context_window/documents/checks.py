@@ -9,8 +9,8 @@ a MemoryError from a header that claims 2^40 rows. Three levels, each bounded:
 - The readers (``index.DocIndex``, ``tables.Tables``) check, as they read, the
   values they are about to use: a slice's offsets, a posting's chunk numbers, a
   heading id. Each check costs O(1) or O(what is read anyway).
-- ``verify`` checks every value at once, for doctor: linear in the index's size,
-  vectorised, reading memory-mapped arrays through the page cache.
+- ``verify_index`` checks every value at once, for doctor: linear in the index's
+  size, vectorised, reading memory-mapped arrays through the page cache.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     if not _is_count(meta.get("cursor", 0)):
         return f"cursor is {meta.get('cursor')!r:.40}, not a count"
     for key in _TEXTS:
-        if not isinstance(meta.get(key, ""), (str, type(None))):
+        if not isinstance(meta.get(key, ""), str) and not (key == "title" and meta[key] is None):
             return f"{key} is {meta.get(key)!r:.40}, not text"
     if not _is_number(meta.get("created_at", 0.0)):
         return f"created_at is {meta.get('created_at')!r:.40}, not a time"
@@ -187,13 +187,11 @@ def summary_problem(summary: Any) -> str | None:
         return None
     if not isinstance(summary, dict):
         return "not an object"
-    for key in ("text", "method"):
-        if not isinstance(summary.get(key), str):
+    if not isinstance(summary.get("text"), str):
+        return f"its text is {summary.get('text')!r:.40}, not text"
+    for key in ("method", "reason", "note"):
+        if not isinstance(summary.get(key, ""), str):
             return f"its {key} is {summary.get(key)!r:.40}, not text"
-    if not isinstance(summary.get("reason", ""), str) or not isinstance(
-        summary.get("note", ""), str
-    ):
-        return "its reason or note is not text"
     if not _is_count(summary.get("tokens", 0)) or not _is_count(summary.get("target_tokens")):
         return "its token counts are not counts"
     return None
