@@ -9,11 +9,12 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from helpers import INIT, MCP_HEADERS
+from helpers import INIT, MCP_HEADERS, free_port, http_server, run_cli
 
 from .support import Server, add, snapshot
 
@@ -219,3 +220,21 @@ def test_stalled_uploads_do_not_lock_an_address_out(open_server: Server) -> None
         for sock in stalled:
             sock.close()
     assert open_server.alive()
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_a_blank_token_is_refused_at_start(tmp_path: Path, how: str) -> None:
+    # A token of spaces would lock every client out: the start refuses it in one line.
+    args = ("--http", "--port", str(free_port()), "--http-token", "  ") if how == "flag" else ()
+    env = {"CTX_TRANSPORT": "http", "CTX_HTTP_TOKEN": " "} if how == "variable" else {}
+    started = run_cli(*args, data=tmp_path / "data", env=env, timeout=60)
+    assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
+    (line,) = started.stderr.splitlines()
+    assert "http-token is blank" in line, line
+
+
+def test_the_loopback_address_bound_is_served(tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback but not one of the usual names: /mcp answered 421 to all.
+    with http_server(tmp_path, host="127.0.0.2") as running:
+        response = httpx.post(running.mcp_url, json=INIT, headers=MCP_HEADERS, timeout=30)
+        assert response.status_code == 200, response.text
