@@ -54,17 +54,17 @@ def load_array(path: Path, in_memory_up_to: float = 0) -> npt.NDArray[Any]:
             raise ValueError(f"{path.name}: array format version {major} is not one we write")
         shape, fortran, dtype = read(f)
         offset, size = f.tell(), os.fstat(f.fileno()).st_size
-    if dtype.hasobject or fortran:
-        raise ValueError(f"{path.name}: not an array layout we write")
-    data = math.prod(shape) * dtype.itemsize
-    if offset + data != size:
-        raise ValueError(
-            f"{path.name}: its header says {shape} of {dtype} ({data:,} bytes), the file holds "
-            f"{size - offset:,}"
-        )
-    mapped = data > 0 and data > in_memory_up_to
-    arr: npt.NDArray[Any] = np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
-    return arr
+        if dtype.hasobject or fortran:
+            raise ValueError(f"{path.name}: not an array layout we write")
+        count = math.prod(shape)
+        if offset + count * dtype.itemsize != size:
+            raise ValueError(
+                f"{path.name}: its header says {shape} of {dtype} "
+                f"({count * dtype.itemsize:,} bytes), the file holds {size - offset:,}"
+            )
+        if count and count * dtype.itemsize > in_memory_up_to:
+            return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape)
+        return np.fromfile(f, dtype=dtype, count=count).reshape(shape)
 
 
 def check_span(name: str, offsets: npt.NDArray[Any], i: int, end: int) -> tuple[int, int]:
