@@ -82,6 +82,7 @@ def run_purge(data: Path, sid: str, seed: int) -> None:
         ack("A " + " ".join(ids))
         doomed = rng.sample(ids, rng.randint(1, len(ids) - 1))
         for eid in doomed:
+            ack(f"d {eid}")  # the intent: a kill may land the delete before its ack
             session.update(eid, deleted=True)
             ack(f"D {eid}")
         done = session.purge()
