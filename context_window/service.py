@@ -10,6 +10,7 @@ an answer must fit a budget with the edge's words around it, the edge passes a l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -176,6 +177,7 @@ class Service:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._busy = 0  # calls of ``run`` at work now
+        self._later: set[asyncio.Task[None]] = set()  # work started by ``later``
         self._idle = threading.Condition(self._locks_guard)
 
     async def calibrate(self, force: bool = False) -> str:
@@ -325,9 +327,26 @@ class Service:
         def work() -> Changed:
             session = self.sessions.get(session_id)
             entry = session.append(text, role, tags, pinned, ttl_days=ttl_days)
-            return Changed(session, session.stats(), [entry], self.settings.budget)
+            return Changed(session, session.stats(save=False), [entry], self.settings.budget)
 
-        return await self.run(session_key(session_id), work)
+        changed = await self.run(session_key(session_id), work)
+        if changed.session.snapshot_due:  # saved after the answer, not before it
+            self.later(session_key(session_id), changed.session.save_due)
+        return changed
+
+    def later(self, key: str, work: Callable[[], object]) -> None:
+        """Run ``work`` after the calls before it on ``key`` (as ``run`` does), without
+        waiting for it: the caller answers first. A failure is logged, never raised."""
+
+        async def quietly() -> None:
+            try:
+                await self.run(key, work)
+            except Exception as exc:  # a snapshot is a cache: the next call tries again
+                log.warning("deferred work on %s failed: %s", key, exc)
+
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._later.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._later.discard)
 
     async def recall(
         self,

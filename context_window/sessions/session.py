@@ -61,9 +61,10 @@ from context_window.tokens import TokenCounter
 log = logging.getLogger("context_window")
 
 MAX_TTL_DAYS = 36_500
-# A recall measures at most this many entries in vain beyond those it shows (see pack).
-PACK_OVERSHOOT = 16
+PACK_OVERSHOOT = 16  # entries a recall may measure in vain beyond those it shows (pack)
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
+REPLAY_OVER_SAVE = 20  # or sooner (see _apply): a save costs 1/20 of a replay per entry
+SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 80 ms)
 # A compaction folds at most this many tokens of originals (the oldest first): one call
 # stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
 FOLD_TOKENS = 30_000
@@ -106,7 +107,7 @@ class Session:
         self._ratio_seen = self.counter.ratio
         self._generation = self.journal.generation
         self._unsaved = 0  # records applied since the last snapshot (or since it was read)
-        self._due = False  # a snapshot is to be saved when the journal lock is released
+        self.snapshot_due = False  # a snapshot is to be saved when the journal lock is released
 
     @property
     def id(self) -> str:
@@ -118,16 +119,17 @@ class Session:
         """The session title."""
         return str(self.meta.get("title") or self.id)
 
-    def refresh(self) -> None:
-        """Read what any process appended since the last look."""
+    def refresh(self, *, save: bool = True) -> None:
+        """Read what any process appended since the last look; then save a snapshot if
+        one is due, unless ``save`` is False (the caller saves it later: ``save_due``)."""
         if self.journal.changed():
             with self.journal.locked():
                 self._catch_up()
         if self.counter.ratio != self._ratio_seen:  # calibration changed the ratio
             self._ratio_seen = self.counter.ratio
             self._state.recount()
-        if self._due:  # not under the journal lock: other processes may append meanwhile
-            self._save_snapshot()
+        if save:  # not under the journal lock: other processes may append meanwhile
+            self.save_due()
 
     def _catch_up(self) -> None:
         """Apply what was appended since the last read (under the lock); replay a rewritten log.
@@ -140,7 +142,7 @@ class Session:
             if loaded is not None and self.journal.resume(loaded.position):
                 self._state, self._ratio_seen = loaded.state, loaded.ratio
                 self.from_snapshot = len(loaded.state.order)
-                self._due = loaded.migrated and self.snapshot_after is not None
+                self.snapshot_due = loaded.migrated and self.snapshot_after is not None
         records = self.journal.read_new()
         if self.journal.generation != self._generation:  # purged by some process
             self._clear()
@@ -152,17 +154,18 @@ class Session:
         self._apply(records)
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records`` to the state, and count them toward the next snapshot (read
-        or written by this process alike): one is due once ``snapshot_after`` are."""
+        """Apply ``records``, counting them toward the next snapshot (read or written here
+        alike): one is due once replaying them would take a start longer than a save
+        takes now (1/20 per entry), and after ``snapshot_after`` at most."""
         self._state.apply(records)
         self._unsaved += len(records)
-        if self.snapshot_after is not None and self._unsaved >= self.snapshot_after:
-            self._due = True
+        tail = max(SNAPSHOT_MIN, len(self._state.order) // REPLAY_OVER_SAVE)
+        if self.snapshot_after is not None and self._unsaved >= min(tail, self.snapshot_after):
+            self.snapshot_due = True
 
     @property
     def unsaved(self) -> int:
-        """Records applied since the last snapshot (what the next start would replay);
-        0 for a session read without snapshots (``snapshot_after`` None)."""
+        """Records a start would replay past the last snapshot (0 if none are saved)."""
         return 0 if self.snapshot_after is None else self._unsaved
 
     def save_snapshot(self) -> bool:
@@ -175,17 +178,19 @@ class Session:
         with self.journal.locked():
             self._catch_up()
             at = self.journal.position()
-        self._due = False
+        self.snapshot_due = False
         saved = snapshot.save(self.dir, self._state, at, self._ratio_seen)
         self._unsaved = 0
         return saved
 
-    def _save_snapshot(self) -> None:
-        """``save_snapshot``, where a failure only costs the next process a replay."""
+    def save_due(self) -> None:
+        """Save the snapshot a refresh found due, if still due (a failure is logged)."""
+        if not self.snapshot_due:
+            return
         try:
             self.save_snapshot()
         except Exception as exc:  # a full disk, a lock held too long: a cache, never fatal
-            self._due = False
+            self.snapshot_due = False
             log.warning("no snapshot for session %r: %s", self.id, exc)
 
     def _entry(self, eid: str, now: float | None = None) -> Entry:
@@ -523,9 +528,9 @@ class Session:
         """How many entries the log holds, in any state (as of the last refresh)."""
         return len(self._state.order)
 
-    def stats(self) -> SessionStats:
-        """Counts after replay, including lines skipped as unreadable."""
-        self.refresh()
+    def stats(self, *, save: bool = True) -> SessionStats:
+        """Counts after replay, unreadable lines included (``save``: as for ``refresh``)."""
+        self.refresh(save=save)
         return SessionStats(
             total=len(self._state.order),
             **self._state.counts(self.clock()),

@@ -1,7 +1,8 @@
 """A clean stop saves the snapshots the open sessions lack, so the next start replays little.
 
-Real server processes on a session of 8,000 entries (fewer than a snapshot is saved
-after while serving): stopped by SIGTERM or by closing stdin (stdio), and by SIGTERM
+Real server processes on a session of 8,000 entries: the first call replays them and
+saves a snapshot; one more entry is appended (too few to save another while serving);
+then the server is stopped by SIGTERM or by closing stdin (stdio), and by SIGTERM
 (HTTP). Each exits within the stop's second and leaves a snapshot that holds every
 entry, the one appended just before the stop included. A SIGKILL saves nothing, and
 the journal alone still holds everything.
@@ -76,12 +77,13 @@ def _call(n: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stdio_server(data: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        server_command("--no-llm", "--data-dir", str(data)),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    with (data.parent / "stderr.txt").open("wb") as log:  # a pipe nobody reads would fill
+        proc = subprocess.Popen(
+            server_command("--no-llm", "--data-dir", str(data)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
     assert proc.stdin is not None and proc.stdout is not None
     _send(proc.stdin, INIT)
     _answer(proc.stdout, 1)
@@ -110,9 +112,9 @@ def test_a_stdio_stop_saves_the_snapshot(tmp_path: Path, how: str) -> None:
     took = time.monotonic() - began
     assert took < 2.0, f"stopped in {took:.2f} s"
     if how == "SIGKILL":
-        assert _from_snapshot(data) == (0, ENTRIES + 1)  # nothing saved; the journal holds all
+        assert _from_snapshot(data) == (ENTRIES, ENTRIES + 1)  # the journal holds the last
         return
-    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()
     assert _from_snapshot(data) == (ENTRIES + 1, ENTRIES + 1)
 
 
@@ -130,6 +132,25 @@ def test_an_http_stop_saves_the_snapshot(tmp_path: Path) -> None:
                 await c.call_tool("context_append", {"session_id": "big", "text": "last"})
 
         anyio.run(main)
-        assert _from_snapshot(data) == (0, ENTRIES + 1)  # serving: none saved yet
+        assert _from_snapshot(data) == (ENTRIES, ENTRIES + 1)  # serving: the last not saved
     assert server.proc.returncode == 0, server.log()  # stopped by SIGTERM (the fixture)
     assert _from_snapshot(data) == (ENTRIES + 1, ENTRIES + 1)
+
+
+def test_a_sigkill_meets_a_bounded_tail(tmp_path: Path) -> None:
+    # The snapshot is saved again once replaying the records past it would cost a start
+    # more than a save costs now (here after 1,000 records, the least), after the answer
+    # to the append that made it due: a SIGKILL then leaves fewer than that to replay.
+    data = tmp_path / "data"
+    _write_session(data)
+    proc = _stdio_server(data)  # replays 8,000 and saves; then appends one
+    assert proc.stdin is not None and proc.stdout is not None
+    for n in range(1_200):
+        _send(proc.stdin, _call(10 + n, "context_append", {"session_id": "big", "text": f"x{n}"}))
+        assert not _answer(proc.stdout, 10 + n)["result"].get("isError")
+    time.sleep(1.0)  # the deferred save of the session, at most a second here
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    from_snapshot, size = _from_snapshot(data)
+    assert size == ENTRIES + 1 + 1_200
+    assert ENTRIES + 1_000 <= from_snapshot < size  # saved while serving; the rest replays
