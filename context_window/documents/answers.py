@@ -10,7 +10,7 @@ them; each hit then shows its passages in line order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -118,17 +118,26 @@ def answer(
     reserve: int,
     share: int,
     probes: Sequence[Group] = (),
+    ranked_first: int | None = None,
 ) -> Answer:
     """Fill ``budget`` (less ``reserve`` for the caller's header) with the best passages.
 
     ``groups`` hold the candidate chunks, best first, with their scored and smoothed
-    passages; at most ``limit`` chunks are shown. ``probes`` are earlier chunks read
-    for the first occurrences of the best matches: only their passages that hold all
-    the terms of one of the best matches are kept, ranked as that match is.
+    passages; at most ``limit`` chunks are shown, in the order their first passage was
+    taken. The passages of the first ``ranked_first`` groups (default: all) rank by
+    score together; each later group ranks after them, in chunk order. ``probes`` are
+    earlier chunks read for the first occurrences of the best matches: only their
+    passages that hold all the terms of one of the best matches are kept, ranked as
+    that match is.
     """
     every = [*groups, *probes]
-    ranked = _ranked(groups, every)
-    standing = _collapse(ranked)
+    first = len(groups) if ranked_first is None else ranked_first
+
+    def tier(group: int) -> int:  # 0: ranked by score together; k: the k-th later chunk
+        return group - first + 1 if first <= group < len(groups) else 0
+
+    ranked = _ranked(groups, every, first)
+    standing = _collapse(ranked, tier)
     anchors = _anchors(every, standing)
     ranked = [
         r
@@ -136,29 +145,27 @@ def answer(
         if (r.passage.doc, r.first) not in standing
         and (r.passage.terms or (r.passage.doc, r.first) in anchors)
     ]
-    ranked.sort(key=lambda r: (-r.passage.score, r.first, r.group))
+    ranked.sort(key=lambda r: (tier(r.group), -r.passage.score, r.first, r.group))
     room = budget - reserve
-    chosen: dict[int, list[Passage]] = {}
+    chosen: dict[int, list[Passage]] = {}  # in the order the hits were opened
     used, omitted = _pack_best(ranked, every, chosen, counter, limit, room)
     used += _pack_around(every, chosen, standing, counter, room - used, share)
     short = False
     if not chosen and ranked:  # even the best passage is over budget: cut it to fit
         used, short = _cut_to_fit(ranked[0], every, chosen, counter, room)
         omitted = len(ranked) - 1
-    out = [
-        _header_of(every[k].hit, sorted(ps, key=lambda p: p.first))
-        for k, ps in sorted(chosen.items(), key=lambda kv: -max(p.score for p in kv[1]))
-    ]
+    out = [_header_of(every[k].hit, sorted(ps, key=lambda p: p.first)) for k, ps in chosen.items()]
     return Answer(tuple(out), len(groups), omitted, used + reserve, budget, short)
 
 
-def _ranked(groups: Sequence[Group], every: Sequence[Group]) -> list[Scored]:
+def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list[Scored]:
     """The matching passages of ``groups``, and those of the probes (the groups after
-    them in ``every``) that hold all the terms of one of the best matches."""
+    them in ``every``) that hold all the terms of one of the best matches of the first
+    ``first`` groups."""
     ranked = [
         Scored(p.score, k, p.first, p) for k, g in enumerate(groups) for p in g.passages if p.score
     ]
-    wanted = best_matches(ranked)
+    wanted = best_matches([r for r in ranked if r.group < first])
     for k in range(len(groups), len(every)):
         for p in every[k].passages:
             found = set(p.terms)
@@ -169,15 +176,19 @@ def _ranked(groups: Sequence[Group], every: Sequence[Group]) -> list[Scored]:
     return ranked
 
 
-def _collapse(ranked: Sequence[Scored]) -> set[tuple[str, int]]:
+def _collapse(ranked: Sequence[Scored], tier: Callable[[int], int]) -> set[tuple[str, int]]:
     """Collapse matching passages of one shape that match the same query terms into the
     first one in the document (a query naming sda2 keeps sda2 lines apart from sda0's);
-    return the (doc, first line) of those collapsed into another."""
-    first_of: dict[tuple[str, str, frozenset[str]], Passage] = {}
+    return the (doc, first line) of those collapsed into another.
+
+    Tier by tier (see ``answer``): a passage that meets its shape in an earlier tier
+    is left out, unlisted, so reading later chunks never changes the earlier ones.
+    """
+    first_of: dict[tuple[str, str, frozenset[str]], tuple[Passage, int]] = {}
     shape_of = Shapes()
     held: dict[int, frozenset[str]] = {}  # passages' terms are shared (see line_terms)
     standing: set[tuple[str, int]] = set()
-    for r in sorted(ranked, key=lambda r: (r.passage.doc, r.first)):
+    for r in sorted(ranked, key=lambda r: (tier(r.group), r.passage.doc, r.first)):
         p = r.passage
         if not p.terms:
             continue
@@ -185,13 +196,18 @@ def _collapse(ranked: Sequence[Scored]) -> set[tuple[str, int]]:
         if terms is None:
             terms = held[id(p.terms)] = frozenset(p.terms)
         key = (p.doc, shape_of(p.text), terms)
-        rep = first_of.get(key)
-        if rep is None:
-            first_of[key] = p
-        else:
+        level = tier(r.group)
+        found = first_of.get(key)
+        if found is None:
+            first_of[key] = (p, level)
+            continue
+        rep, rep_level = found
+        if rep_level == level:
             rep.like.append(p.first)
             rep.score = max(rep.score, p.score)
-            standing.add((p.doc, p.first))
+        standing.add((p.doc, p.first))
+    for rep, _ in first_of.values():
+        rep.like.sort()
     return standing
 
 

@@ -15,7 +15,11 @@ from context_window.models import Hit
 from context_window.retrieval.analyzer import Analyzer
 from context_window.tokens import TokenCounter
 
-CANDIDATE_CHUNKS = 6  # chunks read first to find the best passages (more if most are shown)
+CANDIDATE_CHUNKS = 6  # the best chunks whose passages are ranked together (see best_passages)
+READ_AT_ONCE = 64  # the most chunks read at once when all that match fit the budget
+# A passage longer than this share of the room is cut into sentences: at least this many
+# hits fit, whatever the limit (a share drawn from the limit would rank by the limit).
+HITS_THAT_FIT = 3
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 
 
@@ -61,6 +65,7 @@ def hits_of(docs: list[DocInfo], tables: list[Tables], ranked: Ranked) -> list[H
 def best_passages(
     hits: list[Hit],
     tables: dict[str, Tables],
+    corpus: Corpus,
     terms: list[str],
     analyzer: Analyzer,
     counter: TokenCounter,
@@ -68,28 +73,34 @@ def best_passages(
     budget: int,
     reserve: int,
 ) -> Answer:
-    """The best passages of ``hits`` within ``budget`` less ``reserve``, with the first
-    occurrence of each best line's kind of match found through the index."""
-    n_chunks = sum(t.index.n_chunks for t in tables.values())
-    idf = idf_of(terms, n_chunks, lambda t: sum(x.index.doc_freq(t) for x in tables.values()))
+    """The best passages of ``hits`` (ranked chunks, best first; ``tables`` and ``corpus``
+    of every document searched) within ``budget`` less ``reserve``, with the first
+    occurrence of each best line's kind of match found through the index.
+
+    The first ``CANDIDATE_CHUNKS`` hits are ranked by their passages, with statistics
+    from them alone; any further hit (a limit above that) ranks after them, in chunk
+    order. So a passage's rank depends on the query and the documents, never on ``limit``.
+    """
+    idf = idf_of(terms, corpus.stats.n, lambda t: len(j[0]) if (j := corpus.joined(t)) else 0)
     scorer = Scorer(terms, idf, analyzer.expand)
-    share = max(32, (budget - reserve) // max(1, min(limit, len(hits) or 1)))
+    first, later = hits[:CANDIDATE_CHUNKS], hits[CANDIDATE_CHUNKS:]
+    share = max(32, (budget - reserve) // max(1, min(HITS_THAT_FIT, len(first))))
     seen: set[tuple[str, int]] = set()
     count = counter.count
-    groups = candidate_passages(hits, share, count, scorer, seen)
+    groups = candidate_passages(first, share, count, scorer, seen)  # sets the mean length
     smooth(groups)
     # Where does each of the best lines' kind of match first occur? Read the earliest
     # chunks holding all its matched terms (a bounded number) until a line holds them.
-    have = {(h.doc_id, h.chunk.index) for h in hits}
+    have = {(h.doc_id, h.chunk.index) for h in first}
     ranked = [Scored(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
     probes: list[Group] = []
     reads = 0
     for (doc, matched), _ in best_matches(ranked).items():
-        first = min(
+        first_line = min(
             r.first for r in ranked if r.passage.doc == doc and set(r.passage.terms) >= matched
         )
         index, title = tables[doc].index, next(h.title for h in hits if h.doc_id == doc)
-        for i in index.first_with_all(list(matched), tables[doc].chunk_of(first), PROBES):
+        for i in index.first_with_all(list(matched), tables[doc].chunk_of(first_line), PROBES):
             if (doc, i) in have or reads >= PROBES:
                 break
             have.add((doc, i))
@@ -99,12 +110,15 @@ def best_passages(
             if any(set(p.terms) >= matched for p in group.passages):
                 probes.append(group)
                 break
+    rest = candidate_passages(later, share, count, scorer, seen)
+    smooth(rest)
     return answer(
-        groups,
+        [*groups, *rest],
         counter,
         limit=limit,
         budget=budget,
         reserve=reserve,
         share=share,
         probes=probes,
+        ranked_first=len(groups),
     )

@@ -37,6 +37,7 @@ from context_window.documents.index import Corpus, OldIndex
 from context_window.documents.ingest import ingest, reindex
 from context_window.documents.ranking import (
     CANDIDATE_CHUNKS,
+    READ_AT_ONCE,
     Ranked,
     best_passages,
     hits_of,
@@ -466,24 +467,27 @@ class DocumentStore:
         _check_limit(limit)
         # Ranked once, read as needed: the best k chunks are the best k of any more.
         top = max(limit, CANDIDATE_CHUNKS)
-        docs, tables, ranked = self._ranked(terms, doc_id, top, skip)
+        docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
+        corpus = self._corpus(tables)
         # Read CANDIDATE_CHUNKS chunks. While most chunks read earn a hit of their own,
         # a higher limit can show more: read twice as many (up to the limit) and redo.
         # Where most do not, their lines repeat those shown, as further chunks' would.
-        # When all the chunks ranked fit in the budget together, read them at once.
+        # When every matching chunk fits in the budget with the others, read them at
+        # once. (What is read depends on the documents, not on the limit, but for its cap.)
+        every = len(ranked) < max(top, READ_AT_ONCE)
         whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
-        want = len(ranked) if whole <= budget - reserve else CANDIDATE_CHUNKS
+        want = top if every and whole <= budget - reserve else CANDIDATE_CHUNKS
+        ranked = ranked[:top]
         hits: list[Hit] = []
         while True:
             hits += self._hits(docs, tables, ranked[len(hits) : want], doc_id is None)
-            shown = {d: searched[d] for d in sorted({h.doc_id for h in hits})}
             found = best_passages(
-                hits, shown, terms, self.analyzer, self.counter, limit, budget, reserve
+                hits, searched, corpus, terms, self.analyzer, self.counter, limit, budget, reserve
             )
-            if want >= limit or len(hits) < want or 2 * len(found.hits) <= len(hits):
+            if want >= len(ranked) or len(hits) < want or 2 * len(found.hits) <= len(hits):
                 return found
-            want = min(limit, 2 * want)
+            want = min(len(ranked), 2 * want)
 
     @_steady
     def window(

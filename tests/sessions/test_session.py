@@ -769,3 +769,23 @@ def test_open_sessions_are_a_bounded_lru_and_eviction_loses_nothing(tmp_path: Pa
     texts = [e.text for e in store.get("s8").entries()]
     assert texts == ["note 8 about the parser", "written through the evicted object"]
     assert store.get("s8").recall("parser", 500).entries
+
+
+def test_limit_and_budget_cut_a_recall_never_reorder_it(store: SessionStore) -> None:
+    """``limit`` keeps the first entries of the full ranking; a smaller budget leaves out
+    what does not fit, in the same order (a later, shorter entry may still fit)."""
+    s = store.open("order")[0]
+    rng = random.Random(5)
+    words = "disk cache parser timeout retry node migration users table lunch deploy".split()
+    for i in range(300):
+        size = rng.choice((3, 8, 40))
+        s.append(f"{i} " + " ".join(rng.choice(words) for _ in range(size)))
+    for query in ("disk timeout", "migration users table", "parser", "lunch deploy retry", None):
+        full = [e.id for e in s.recall(query, 1_000_000).entries]
+        assert len(full) > 20
+        for limit in (1, 3, 10, 20):
+            assert [e.id for e in s.recall(query, 1_000_000, limit=limit).entries] == full[:limit]
+        for budget in (100, 300, 1000, 4000):
+            ids = [e.id for e in s.recall(query, budget).entries]
+            ranked = iter(full)
+            assert ids and all(i in ranked for i in ids), (query, budget)  # a subsequence
