@@ -30,3 +30,9 @@ def local_time(stamp: Any, *, seconds: bool = False, year: bool = True, unknown:
         return unknown
     fmt = ("%Y-%m-%d " if year else "%m-%d ") + ("%H:%M:%S" if seconds else "%H:%M")
     return time.strftime(fmt, time.localtime(usable))
+
+
+def local_day(stamp: Any) -> tuple[int, int, int] | None:
+    """(year, month, day) in local time, or None for a time that is not a usable one."""
+    usable = time_or_none(stamp)
+    return None if usable is None else time.localtime(usable)[:3]

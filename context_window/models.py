@@ -34,6 +34,13 @@ class Entry:
         """Neither deleted, nor folded into a summary, nor past its expiry."""
         return not (self.deleted or self.superseded or self.expired)
 
+    @property
+    def ref(self) -> str:
+        """A short name for the entry in its session, its id's letter and its number
+        (``e42``); every tool that takes an entry id takes it too."""
+        letter = self.id[:1]
+        return f"{letter}{self.seq}" if "a" <= letter <= "z" else self.id
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -169,10 +176,10 @@ Count = Callable[[str], int]
 class RecallLayout(Protocol):
     """What an edge puts around recalled entries, which packing leaves room for."""
 
-    def label(self, entry: Entry) -> str:
-        """The line above an entry."""
+    def label(self, entry: Entry, dated: bool) -> str:
+        """The line above an entry (``dated``: the entries shown are from several days)."""
         ...
 
-    def reserve(self, total: int, budget: int, count: Count) -> Reserve:
+    def reserve(self, total: int, budget: int, count: Count, searchable: bool) -> Reserve:
         """The header's widest size, for up to ``total`` entries."""
         ...

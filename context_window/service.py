@@ -363,8 +363,10 @@ class Service:
 
         def work() -> Recalled:
             session = self.sessions.get(session_id)
-            # One digit to spare: entries appended meanwhile by another process may be counted.
-            reserve, terse = layout.reserve(10 * session.size(), budget, self.counter.count)
+
+            def reserve(candidates: int, searchable: bool) -> int:  # what the header takes
+                return layout.reserve(candidates, budget, self.counter.count, searchable)[0]
+
             rec = session.recall(
                 query,
                 budget,
@@ -374,6 +376,7 @@ class Service:
                 label=layout.label,
                 reserve=reserve,
             )
+            terse = layout.reserve(rec.candidates, budget, self.counter.count, rec.searchable)[1]
             return Recalled(session.id, rec, terse, budget)
 
         return await self.run(session_key(session_id), work)

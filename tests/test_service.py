@@ -71,7 +71,7 @@ class Plain:
     """A layout in plain words, as a third edge might write one: the Service fits the
     answer around it, whatever its words are."""
 
-    def label(self, item: object) -> str:
+    def label(self, item: object, *_: object) -> str:
         return "--"
 
     def header(self, doc: DocInfo, shown: int, headless: bool) -> str:

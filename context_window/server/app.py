@@ -218,7 +218,8 @@ GUIDE_SESSIONS = """Sessions (working memory for a long task):
    and paths, numbers and names the summary dropped are appended to it. Originals stay
    recoverable: context_recall(include_superseded=true) shows them, and
    context_uncompact(compaction_id) makes them live again.
-5. context_update pins/unpins, deletes or restores (delete=false) an entry.
+5. context_update pins/unpins, deletes or restores (delete=false) an entry, by the name its
+   label shows (e42) or its full id.
 """
 GUIDE_DOCS = """Documents (too large to read at once):
 1. doc_ingest(file_path=... or text=...) once.

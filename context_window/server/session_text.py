@@ -40,7 +40,7 @@ def _head(entry: Entry) -> str:
     tags = "".join(f" #{t}" for t in entry.tags)
     stamp = local_time(entry.created_at)
     extra = f" ({', '.join(flags)})" if flags else ""
-    return f"[{entry.id}] {stamp} {entry.role}{tags}{extra}"
+    return f"[{entry.ref}] {stamp} {entry.role}{tags}{extra}"
 
 
 def advice(stats: SessionStats, budget: int) -> str:
@@ -72,8 +72,10 @@ def render_open(o: Opened) -> str:
     return "\n".join(lines)
 
 
-def recall_label(entry: Entry) -> str:
-    """The short line above each recalled entry: id, time, and role, tags and flags if any."""
+def recall_label(entry: Entry, dated: bool = False) -> str:
+    """The short line above each recalled entry: its short name, its role, tags and flags
+    if any, and the day it was saved when the entries shown are from several days (so
+    no model takes the day an entry was saved for a date its text speaks of)."""
     role = "" if entry.role == "note" else f" {entry.role}"
     tags = "".join(f" #{t}" for t in entry.tags)
     flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
@@ -82,8 +84,8 @@ def recall_label(entry: Entry) -> str:
             f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
         )
     extra = f" ({', '.join(flags)})" if flags else ""
-    when = local_time(entry.created_at, year=False)
-    return f"[{entry.id} {when}{role}{tags}{extra}]"
+    when = f" · saved {local_time(entry.created_at, year=False)[:5]}" if dated else ""
+    return f"[{entry.ref}{role}{tags}{extra}{when}]"
 
 
 NOTHING_MATCHED = "Nothing matched: try other words, or no query for the latest."
@@ -112,25 +114,27 @@ def recall_header(
     return header
 
 
-def recall_reserve(total: int, budget: int, count: Count) -> Reserve:
-    """Tokens kept for the header and any closing note (their widest form), and whether terse."""
+def recall_reserve(total: int, budget: int, count: Count, searchable: bool = False) -> Reserve:
+    """Tokens kept for the header, at its widest for ``total`` candidates, and whether terse."""
     big = int("9" * len(str(max(total, 1))))
     used = int("9" * len(str(budget)))
     return header_reserve(
-        lambda terse: recall_header(big, big, used, budget, big, big, False, terse), budget, count
+        lambda terse: recall_header(big, big, used, budget, big, big, searchable, terse),
+        budget,
+        count,
     )
 
 
 class RecallText:
     """context_recall's layout (see ``service.RecallLayout``)."""
 
-    def label(self, entry: Entry) -> str:
+    def label(self, entry: Entry, dated: bool) -> str:
         """The line above a recalled entry."""
-        return recall_label(entry)
+        return recall_label(entry, dated)
 
-    def reserve(self, total: int, budget: int, count: Count) -> Reserve:
+    def reserve(self, total: int, budget: int, count: Count, searchable: bool) -> Reserve:
         """The header's widest size."""
-        return recall_reserve(total, budget, count)
+        return recall_reserve(total, budget, count, searchable)
 
 
 RECALL = RecallText()
@@ -187,7 +191,7 @@ def render_compaction(c: Compaction) -> str:
         )
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
     lines = [
-        f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.id} "
+        f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.ref} "
         f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.{later}",
         bar(c.stats.live_tokens if c.stats else 0, c.budget),
     ]
@@ -204,7 +208,7 @@ def render_compaction(c: Compaction) -> str:
         lines.append(line)
     lines.append(
         f"Originals are kept: context_recall(include_superseded=true) shows them; "
-        f"context_uncompact(compaction_id={c.entry.id!r}) restores them."
+        f"context_uncompact(compaction_id={c.entry.ref!r}) restores them."
     )
     return "\n".join(lines)
 
@@ -213,7 +217,7 @@ def render_append(c: Changed) -> str:
     """context_append's text: the new entry's id and size, the gauge, and any advice."""
     entry = c.entries[0]
     tip = advice(c.stats, c.budget)
-    text = f"Saved {entry.id} ({entry.tokens} tokens). {bar(c.stats.live_tokens, c.budget)}"
+    text = f"Saved {entry.ref} ({entry.tokens} tokens). {bar(c.stats.live_tokens, c.budget)}"
     return text + (f"\n{tip}" if tip else "")
 
 
@@ -258,7 +262,7 @@ def render_status(c: Changed, token_counts: str, summarizer: str) -> str:
 def render_update(entry: Entry) -> str:
     """context_update's text: the entry's new state."""
     state = "deleted" if entry.deleted else ("pinned" if entry.pinned else "unpinned")
-    return f"Entry {entry.id} is now {state}.\n{preview(entry)}"
+    return f"Entry {entry.ref} is now {state}.\n{preview(entry)}"
 
 
 def render_sessions(page: SessionPage, budget: int, counter: TokenCounter) -> str:

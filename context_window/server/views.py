@@ -42,7 +42,7 @@ _DOC = "id title source sha256 chars chunks tokens cursor created_at summary_cac
 OUTPUT_KEYS = {
     "context_guide": "data_dir budget ingest_roots token_counts token_ratio summarizer tools",
     "context_open": "session_id title created live total tokens budget pinned",
-    "context_append": "entry_id tokens session_tokens budget advice",
+    "context_append": "entry_id ref tokens session_tokens budget advice",
     "context_recall": "session_id entries candidates searchable used_tokens budget omitted "
     "beyond_limit",
     "context_compact": "session_id dry_run folded folded_tokens compaction_id summary_id "
@@ -50,7 +50,7 @@ OUTPUT_KEYS = {
     "context_uncompact": "session_id compaction_id restored session_tokens budget",
     "context_status": "total live superseded deleted pinned expired live_tokens skipped_lines "
     "orphan_patches repairs session_id budget token_counts token_ratio summarizer advice",
-    "context_update": "id seq created_at role text tokens tags pinned deleted superseded "
+    "context_update": "id ref seq created_at role text tokens tags pinned deleted superseded "
     "replaced_by replaces expires_at expired",
     "context_list_sessions": "sessions total matched offset",
     "doc_ingest": f"{_DOC} doc_id duplicate_of reused replaced seconds next",
@@ -90,6 +90,7 @@ def entry_data(entry: Entry) -> dict[str, Any]:
     """An entry as structured content."""
     return {
         "id": entry.id,
+        "ref": entry.ref,
         "seq": entry.seq,
         "created_at": entry.created_at,
         "role": entry.role,
@@ -111,7 +112,8 @@ def pinned_data(entry: Entry) -> dict[str, Any]:
     has it (context_recall gives it whole), so many large pins cost no more than there."""
     cut = len(entry.text) > st.PREVIEW_CHARS
     text = entry.text[: st.PREVIEW_CHARS - 1] + "…" if cut else entry.text
-    out = {"id": entry.id, "created_at": entry.created_at, "role": entry.role, "text": text}
+    out = {"id": entry.id, "ref": entry.ref, "created_at": entry.created_at, "role": entry.role}
+    out["text"] = text
     return out | ({"tags": list(entry.tags)} if entry.tags else {}) | {"truncated": cut}
 
 
@@ -121,6 +123,7 @@ def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
     (Its seq and tokens are left out: the text is there to measure.)"""
     out: dict[str, Any] = {
         "id": entry.id,
+        "ref": entry.ref,
         "created_at": entry.created_at,
         "role": entry.role,
         "text": entry.text,
@@ -226,6 +229,7 @@ def appended(c: Changed) -> CallToolResult:
     entry = c.entries[0]
     data = {
         "entry_id": entry.id,
+        "ref": entry.ref,
         "tokens": entry.tokens,
         "session_tokens": c.stats.live_tokens,
         "budget": c.budget,

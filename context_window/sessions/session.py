@@ -38,7 +38,7 @@ from context_window.errors import (
     StorageError,
 )
 from context_window.journal import Journal
-from context_window.localtime import time_or_none
+from context_window.localtime import local_day, time_or_none
 from context_window.models import (
     ROLES,
     CompactionPlan,
@@ -270,9 +270,9 @@ class Session:
     def get(self, entry_id: str) -> Entry:
         """One entry by id, whatever its state."""
         self.refresh()
-        if entry_id not in self._state.records:
+        if (eid := self._state.resolve(entry_id)) not in self._state.records:
             raise NotFound(f"no entry {entry_id!r} in session {self.id!r}")
-        return self._entry(entry_id)
+        return self._entry(eid)
 
     def append(
         self,
@@ -317,21 +317,17 @@ class Session:
     def update(
         self, entry_id: str, pinned: bool | None = None, deleted: bool | None = None
     ) -> Entry:
-        """Pin, unpin, delete or undelete an entry with a patch record."""
+        """Pin, unpin, delete or undelete an entry (by id or short name) with a patch."""
         if pinned is None and deleted is None:
             raise InvalidInput("give pinned and/or delete to change an entry")
-        patch: dict[str, Any] = {"kind": "patch", "id": entry_id}
-        if pinned is not None:
-            patch["pinned"] = bool(pinned)
-        if deleted is not None:
-            patch["deleted"] = bool(deleted)
         with self.journal.locked():
             self._catch_up()
-            if entry_id not in self._state.records:
+            if (eid := self._state.resolve(entry_id)) not in self._state.records:
                 raise NotFound(f"no entry {entry_id!r} in session {self.id!r}", remedy=FIND_ENTRY)
-            check_pins(self._state, entry_id, pinned, deleted)
-            self._write([patch])
-        return self._entry(entry_id)
+            check_pins(self._state, eid, pinned, deleted)
+            patch = {"kind": "patch", "id": eid, "pinned": pinned, "deleted": deleted}
+            self._write([{k: v for k, v in patch.items() if v is not None}])
+        return self._entry(eid)
 
     def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
         """The oldest live unpinned entries beyond the ``keep_recent`` most recent ones, as
@@ -404,6 +400,7 @@ class Session:
         """Undo a compaction: retire its summary so the entries it folded are live again."""
         with self.journal.locked():
             self._catch_up()
+            compaction_id = self._state.resolve(compaction_id)
             rec = self._state.records.get(compaction_id)
             # A summary stays a compaction when a purge erased every entry it folded.
             if rec is None or not (rec["replaces"] or rec["role"] == "summary"):
@@ -438,8 +435,8 @@ class Session:
         limit: int | None = None,
         tags: Sequence[str] | None = None,
         include_superseded: bool = False,
-        label: Callable[[Entry], str] | None = None,
-        reserve: int = 0,
+        label: Callable[[Entry, bool], str] | None = None,
+        reserve: int | Callable[[int, bool], int] = 0,
     ) -> Recall:
         """Rank entries and pack the best into ``budget`` tokens, best first.
 
@@ -447,10 +444,10 @@ class Session:
         entries recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of
         the entries just before and after it in time (an answer usually sits next
         to the turn that names its topic); only entries that match a query term are
-        returned, and recency only breaks ties. Without a
-        query, or with one that has no searchable terms, the newest come first.
-        Each entry costs its text plus its ``label`` line; ``reserve`` tokens are
-        kept for the caller's own header, so the whole answer fits ``budget``.
+        returned, and recency only breaks ties. Without a searchable query, the newest.
+        Each entry costs its text plus its ``label`` line, dated when the entries
+        shown are from several days; ``reserve`` tokens (or ``reserve(candidates,
+        searchable)``) are kept for the caller's header, so the answer fits ``budget``.
         """
         self.refresh()
         wanted = set(check_tags(tags))
@@ -488,7 +485,10 @@ class Session:
         candidates = len(ranked)
         if limit is not None:
             ranked = ranked[:limit]
-        chosen, packed, labels = self._pack(ranked, budget, label, reserve, now)
+        room = reserve(candidates, searchable) if callable(reserve) else reserve
+        chosen, packed, labels = self._pack(ranked, budget, label, room, now, dated=False)
+        if label is not None and len({local_day(e.created_at) for e in chosen.values()}) > 1:
+            chosen, packed, labels = self._pack(ranked, budget, label, room, now, dated=True)
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
         return Recall(
@@ -499,12 +499,12 @@ class Session:
         self,
         ranked: npt.NDArray[np.intp],
         budget: int,
-        label: Callable[[Entry], str] | None,
+        label: Callable[[Entry, bool], str] | None,
         reserve: int,
         now: float,
+        dated: bool,
     ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
         """Greedy in rank order: each entry costs its text, its label and a separator line.
-
         Returns the chosen entries by position, in rank order, and their labels by id.
         An entry is built (and its label measured) only while its text still fits.
         """
@@ -513,7 +513,7 @@ class Session:
 
         def measure(k: int) -> int:
             entry = self._entry(self._state.order[order[k]], now)
-            text = label(entry) if label is not None else ""
+            text = label(entry, dated) if label is not None else ""
             built[k] = (entry, text)
             return int(costs[k]) + (self.counter.count(text) if text else 0)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import weakref
 from array import array
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from context_window.errors import InvalidInput
 from context_window.localtime import time_or_none
 from context_window.models import Entry
 from context_window.retrieval.analyzer import Analyzer
@@ -145,6 +147,9 @@ class Columns:
         return decode_text(self.texts.read(start, int(self.ends[i])))
 
 
+_REF = re.compile(r"([a-z])([0-9]{1,15})")  # an entry's short name (see Entry.ref)
+
+
 class Records:
     """Entry id -> its Record, read like a dict. An entry from a snapshot is built from
     the snapshot's columns whenever it is asked for, with its flags, tokens and expiry
@@ -187,6 +192,16 @@ class Records:
         for i, eid in enumerate(self._state.order):
             held = self._held.get(eid)
             yield eid, held if held is not None else self._built(i)
+
+    def with_seq(self, seq: int) -> list[str]:
+        """The ids of the entries numbered ``seq`` (one, unless records were merged)."""
+        cols = self.columns
+        found = (
+            []
+            if cols is None
+            else [self._state.order[int(i)] for i in np.flatnonzero(cols.seq == seq)]
+        )
+        return found + [eid for eid, rec in self._held.items() if rec.seq == seq]
 
     def _built(self, i: int) -> Record:
         cols, state = self.columns, self._state
@@ -500,6 +515,17 @@ class SessionState:
     def live_replacers(self, eid: str) -> list[str]:
         """The summaries folding ``eid`` that are not deleted."""
         return [s for s in self.replacers.get(eid, ()) if not self.records[s]["deleted"]]
+
+    def resolve(self, ref: str) -> str:
+        """The id of the entry ``ref`` names, by its id or its short name (``e42``);
+        ``ref`` itself when it names none. InvalidInput when a short name names several."""
+        m = _REF.fullmatch(ref)
+        if ref in self.pos or m is None:
+            return ref
+        found = [eid for eid in self.records.with_seq(int(m[2])) if eid.startswith(m[1])]
+        if len(found) > 1:
+            raise InvalidInput(f"{ref} names {len(found)} entries here: give the full id")
+        return found[0] if found else ref
 
     def entry(self, eid: str, now: float) -> Entry:
         """The entry ``eid`` as of ``now`` (expiry depends on the time)."""

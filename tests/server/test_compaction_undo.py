@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,10 @@ async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsF
         kept = data["kept_facts"]
         assert kept and data["facts_not_kept"] == 0
         assert f"appended {len(kept)} to it: {'; '.join(kept[:30])}" in text
-        assert f"context_uncompact(compaction_id={cid!r})" in text
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
         summary = next(e for e in rec["entries"] if e["id"] == cid)
+        ref = summary["ref"]  # the short name the text gives, which every tool takes
+        assert re.fullmatch(r"s\d+", ref) and f"context_uncompact(compaction_id={ref!r})" in text
         for i in range(10):
             assert f"/srv/app/{i}/config.yaml" in summary["text"]
             assert f"CW-{100 + i}" in summary["text"] and f"limit_{i}" in summary["text"]
@@ -47,9 +49,9 @@ async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsF
         assert all(e["replaced_by"] == [cid] for e in originals.values())
         assert f"(superseded by {cid})" in text
 
-        text, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=cid)
-        assert undo["restored"] == ids[:10]
-        assert text.startswith(f"Undid compaction {cid}: 10 entries are live again")
+        text, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=ref)
+        assert undo["restored"] == ids[:10] and undo["compaction_id"] == ref  # as given
+        assert text.startswith(f"Undid compaction {ref}: 10 entries are live again")
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
         # Live again, in their places (newest first, as recall shows them); no summary.
         assert [e["id"] for e in rec["entries"]] == ids[::-1]

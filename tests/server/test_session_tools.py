@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ async def test_append_reports_tokens_and_advises_compaction(settings: SettingsFa
     async with client(settings(budget=100)) as c:
         await ok(c, "context_open", session_id="s")
         text, data = await ok(c, "context_append", session_id="s", text="short note")
-        assert text.startswith(f"Saved {data['entry_id']} ({data['tokens']} tokens).")
+        assert text.startswith(f"Saved {data['ref']} ({data['tokens']} tokens).")
         assert data["advice"] == "" and "compact" not in text
         text, data = await ok(c, "context_append", session_id="s", text="word " * 55)
         assert 75 < data["session_tokens"] <= 100
@@ -150,14 +151,15 @@ async def test_recall_header_order_and_structured_entries(settings: SettingsFact
     # The structured content fits the budget on its own, so it may hold fewer entries
     # than the text (then it says "cut"); it never holds an entry the text lacks.
     assert data["omitted"] >= 1 and data["omitted"] + len(shown) <= data["candidates"]
-    assert all(f"[{i}" in text for i in shown)
+    refs = [e["ref"] for e in data["entries"]]  # the labels name entries by short name
+    assert all(f"[{r} " in text or f"[{r}]" in text for r in refs)
     assert data["used_tokens"] <= 110
     header = text.splitlines()[0]
     shown_in_text = data["candidates"] - data["omitted"]
     assert header.startswith(f"{shown_in_text} of {data['candidates']} entries, best first")
     assert f"{data['used_tokens']}/110 tokens" in header
     assert f"{data['omitted']} did not fit" in header
-    assert text.index("[" + shown[0]) < text.index("[" + shown[1])
+    assert text.index("[" + refs[0]) < text.index("[" + refs[1])
     assert len(text) <= 4 * 110  # the whole answer, headers included, within the budget
 
 
@@ -221,7 +223,7 @@ async def test_compact_dry_run_then_real_then_recall_originals(settings: Setting
         assert "disabled" in data["reason"]
         assert data["folded"] == 5 and data["summary_id"]
         assert data["tokens_freed"] == data["folded_tokens"] - data["summary_tokens"] > 0
-        assert f"into summary {data['summary_id']}" in text
+        assert re.search(r"into summary s\d+ \(", text) and data["summary_id"] not in text
         assert "by extractive (LLM disabled" in text
         assert "include_superseded=true" in text
 
@@ -266,9 +268,10 @@ async def test_update_pin_unpin_delete_undelete(settings: SettingsFactory) -> No
     async with client(settings()) as c:
         await ok(c, "context_open", session_id="s")
         _, a = await ok(c, "context_append", session_id="s", text="keep me")
-        eid = a["entry_id"]
-        text, data = await ok(c, "context_update", session_id="s", entry_id=eid, pinned=True)
-        assert text.startswith(f"Entry {eid} is now pinned.") and data["pinned"] is True
+        eid, ref = a["entry_id"], a["ref"]
+        text, data = await ok(c, "context_update", session_id="s", entry_id=ref, pinned=True)
+        assert text.startswith(f"Entry {ref} is now pinned.") and data["pinned"] is True
+        assert data["id"] == eid and data["ref"] == ref == "e1"
         text, data = await ok(c, "context_update", session_id="s", entry_id=eid, pinned=False)
         assert "now unpinned" in text and data["pinned"] is False
         text, data = await ok(c, "context_update", session_id="s", entry_id=eid, delete=True)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -299,9 +300,9 @@ def test_recall_never_exceeds_the_budget(session: Session, budget: int) -> None:
 
 def test_recall_counts_labels_and_the_reserve_against_the_budget(session: Session) -> None:
     fill(session, [f"note {i} about the cache" for i in range(20)])
-    label = lambda e: f"[{e.id} {e.role}]"  # noqa: E731
+    label = lambda e, dated: f"[{e.id} {e.role}]"  # noqa: E731
     rec = session.recall("cache", 120, label=label, reserve=30)
-    cost = sum(e.tokens + 1 + session.counter.count(label(e)) for e in rec.entries)
+    cost = sum(e.tokens + 1 + session.counter.count(label(e, False)) for e in rec.entries)
     assert rec.packed.used_tokens == cost + 30 <= 120
     assert rec.packed.omitted == rec.candidates - len(rec.entries) > 0
 
@@ -789,3 +790,51 @@ def test_limit_and_budget_cut_a_recall_never_reorder_it(store: SessionStore) -> 
             ids = [e.id for e in s.recall(query, budget).entries]
             ranked = iter(full)
             assert ids and all(i in ranked for i in ids), (query, budget)  # a subsequence
+
+
+def test_an_entry_is_found_by_its_short_name(store: SessionStore, tmp_path: Path) -> None:
+    """``e<seq>`` names an entry wherever an id is taken: held, read from a snapshot,
+    a summary's ``s<seq>``; a name that fits several merged entries is refused."""
+    s = store.open("refs")[0]
+    made = [s.append(f"note {i} on the parser") for i in range(5)]
+    assert [e.ref for e in made] == ["e1", "e2", "e3", "e4", "e5"]
+    assert s.get("e3").id == made[2].id and s.update("e4", pinned=True).id == made[3].id
+    with pytest.raises(NotFound):
+        s.get("e99")
+    assert s.save_snapshot()
+    fresh = SessionStore(tmp_path / "data", TokenCounter(0.27)).open("refs")[0]
+    assert fresh.from_snapshot == 5  # e2 is built from the snapshot's columns
+    assert fresh.get("e2").id == made[1].id and fresh.get("e4").pinned
+    late = fresh.append("held, not in the snapshot")
+    assert late.ref == "e6" and fresh.get("e6").id == late.id
+    # Two logs merged by hand: two entries numbered 7. The full ids still work.
+    log = tmp_path / "data" / "sessions" / "refs" / "entries.jsonl"
+    twins = [f"e{n}x" for n in ("aaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbb")]
+    with log.open("a", encoding="utf-8") as f:
+        for eid in twins:
+            record = {"kind": "entry", "id": eid, "seq": 7, "created_at": 1.7e9, "role": "note"}
+            f.write(json.dumps(record | {"text": "twin", "tokens": 2}) + "\n")
+    with pytest.raises(InvalidInput, match="e7 names 2 entries here: give the full id"):
+        fresh.get("e7")
+    assert fresh.get(twins[1]).text == "twin"
+
+
+def test_labels_date_entries_only_when_they_are_from_several_days(
+    tmp_path: Path,
+) -> None:
+    from context_window.server.session_text import recall_label
+
+    clock = [1_780_000_000.0]
+    s = SessionStore(tmp_path / "data", TokenCounter(0.27), lambda: clock[0]).open("days")[0]
+    s.append("the deploy failed on monday", tags=["ops"])
+    s.append("the deploy passed after the fix")
+    same = s.recall("deploy", 1000, label=recall_label)
+    assert list(same.labels.values()) == ["[e2]", "[e1 #ops]"]  # one day: no dates at all
+    clock[0] += 3 * 86_400
+    s.append("the deploy broke again", role="decision")
+    mixed = s.recall("deploy", 1000, label=recall_label)
+    labels = list(mixed.labels.values())
+    assert len(labels) == 3 and all(" · saved " in label for label in labels)
+    assert any(re.fullmatch(r"\[e3 decision · saved \d\d-\d\d\]", label) for label in labels)
+    used = sum(e.tokens + 1 + s.counter.count(mixed.labels[e.id]) for e in mixed.entries)
+    assert mixed.packed.used_tokens == used  # the dated labels are the ones measured
