@@ -76,6 +76,7 @@ class Packed:
     used_tokens: int
     omitted: int
     budget: int
+    unlisted: bool = False  # the walk reached the items not listed (see pack's ``beyond``)
 
 
 @dataclass(frozen=True)

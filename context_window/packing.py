@@ -32,6 +32,7 @@ def pack(
     exact: Callable[[int], int | None] | None = None,
     taken: Callable[[int], None] | None = None,
     overshoot: int | None = None,
+    beyond: int | None = None,
 ) -> Packed:
     """Choose items (by position in ``costs``, which is rank order) whose costs sum within budget.
 
@@ -47,8 +48,15 @@ def pack(
     ``overshoot``, the walk also stops once more items were measured in vain than
     were chosen plus ``overshoot``: bounds that are loose (a label left out) must not
     make a pack measure thousands of items to choose dozens.
+
+    ``beyond`` is the least bound of items that rank after these but are not listed
+    (not yet put in order): when the walk would reach one of them, it stops and says
+    so (``unlisted``); the caller then lists them all. Otherwise its choice is the one
+    the whole list would give.
     """
     bounds = np.asarray(costs, dtype=np.int64)
+    if beyond is not None:  # one item standing for the unlisted ones
+        bounds = np.append(bounds, np.int64(beyond))
     n = len(bounds)
     floor = np.minimum.accumulate(bounds[::-1])[::-1] if n else bounds
     chosen: list[int] = []
@@ -65,6 +73,8 @@ def pack(
             omitted += step
             k += step
             continue
+        if beyond is not None and k == n - 1:
+            return Packed(tuple(chosen), used, omitted, budget, unlisted=True)
         cost = int(bounds[k]) if exact is None else exact(k)
         if cost is not None and (first or used + cost <= budget):
             chosen.append(k)

@@ -71,3 +71,22 @@ def smooth_neighbours(
     near[:-1] += own[1:]
     out[idx] = own + NEIGHBOUR_WEIGHT * near
     return out
+
+
+def best_first(
+    positions: npt.NDArray[np.intp],
+    scores: npt.NDArray[np.float64],
+    times: npt.NDArray[np.float64],
+    first: int | None = None,
+) -> tuple[npt.NDArray[np.intp], int]:
+    """``positions`` by score, highest first, ties by time, latest first; and how many
+    are in that order. With ``first``, only the best ``first`` (and any tied with the
+    last of them) are put in order, the others after them in no order: a recall that
+    shows dozens of entries need not sort a hundred thousand matches."""
+    if first is not None and len(positions) > first:
+        own = scores[positions]
+        kth = np.partition(own, len(own) - first)[len(own) - first]
+        head, tail = positions[own >= kth], positions[own < kth]
+        return np.concatenate([best_first(head, scores, times)[0], tail]), len(head)
+    order = np.lexsort((-times[positions], -scores[positions]))
+    return positions[order], len(positions)

@@ -10,6 +10,7 @@ record may stop replay, listing, the CLI or doctor.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from context_window.errors import SPLIT_OR_INGEST, InvalidInput
@@ -96,3 +97,13 @@ def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
         if tag.strip() not in out:
             out.append(tag.strip())
     return tuple(out)
+
+
+def updated_time(journal: Path, meta: dict[str, Any]) -> float:
+    """The later of the journal's mtime and meta's updated_at/created_at."""
+    stamps = [time_or_none(meta.get("updated_at")), time_or_none(meta.get("created_at"))]
+    best = max((t for t in stamps if t is not None), default=0.0)
+    try:
+        return max(best, journal.stat().st_mtime)
+    except FileNotFoundError:
+        return best

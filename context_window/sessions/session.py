@@ -38,7 +38,7 @@ from context_window.errors import (
     StorageError,
 )
 from context_window.journal import Journal
-from context_window.localtime import local_day, time_or_none
+from context_window.localtime import local_day
 from context_window.models import (
     ROLES,
     CompactionPlan,
@@ -50,10 +50,10 @@ from context_window.models import (
 )
 from context_window.packing import pack
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
-from context_window.retrieval.bm25 import smooth_neighbours
+from context_window.retrieval.bm25 import best_first, smooth_neighbours
 from context_window.sessions import snapshot
 from context_window.sessions.compaction import check_pins
-from context_window.sessions.records import check_tags, check_text
+from context_window.sessions.records import check_tags, check_text, updated_time
 from context_window.sessions.state import SessionState
 from context_window.storage import new_id
 from context_window.tokens import TokenCounter
@@ -62,6 +62,7 @@ log = logging.getLogger("context_window")
 
 MAX_TTL_DAYS = 36_500
 PACK_OVERSHOOT = 16  # entries a recall may measure in vain beyond those it shows (pack)
+RANKED_FIRST = 512  # matches put in order before packing; all of them if it needs more
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
 REPLAY_OVER_SAVE = 20  # or sooner (see _apply): a save costs 1/20 of a replay per entry
 SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 80 ms)
@@ -438,16 +439,14 @@ class Session:
         label: Callable[[Entry, bool], str] | None = None,
         reserve: int | Callable[[int, bool], int] = 0,
     ) -> Recall:
-        """Rank entries and pack the best into ``budget`` tokens, best first.
-
-        Pinned entries come first. With a query, the rest rank by BM25 over the
-        entries recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of
-        the entries just before and after it in time (an answer usually sits next
-        to the turn that names its topic); only entries that match a query term are
-        returned, and recency only breaks ties. Without a searchable query, the newest.
-        Each entry costs its text plus its ``label`` line, dated when the entries
-        shown are from several days; ``reserve`` tokens (or ``reserve(candidates,
-        searchable)``) are kept for the caller's header, so the answer fits ``budget``.
+        """Rank entries and pack the best into ``budget`` tokens, best first. Pinned
+        entries first. With a query, the rest rank by BM25 over the entries
+        recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of the entries
+        just before and after it in time (an answer usually sits next to the turn that
+        names its topic); only entries matching a query term, recency breaking ties;
+        without a searchable query, the newest. An entry costs its text and ``label``
+        (dated if those shown span days); ``reserve`` (or ``reserve(candidates,
+        searchable)``) tokens are the header's.
         """
         self.refresh()
         wanted = set(check_tags(tags))
@@ -479,16 +478,24 @@ class Session:
         else:
             scores = np.zeros(n, dtype=np.float64)
         rest = np.flatnonzero(mask & ~flags.pinned)
-        pinned = pinned[np.lexsort((-seqs[pinned], -scores[pinned]))]
-        rest = rest[np.lexsort((-seqs[rest], -scores[rest]))]
-        ranked = np.concatenate([pinned, rest])
-        candidates = len(ranked)
-        if limit is not None:
-            ranked = ranked[:limit]
+        pinned = best_first(pinned, scores, seqs)[0]
+        candidates = len(pinned) + len(rest)
         room = reserve(candidates, searchable) if callable(reserve) else reserve
-        chosen, packed, labels = self._pack(ranked, budget, label, room, now, dated=False)
-        if label is not None and len({local_day(e.created_at) for e in chosen.values()}) > 1:
-            chosen, packed, labels = self._pack(ranked, budget, label, room, now, dated=True)
+        few = limit is None or limit <= len(pinned) + RANKED_FIRST
+        first, dated = RANKED_FIRST if few else None, False
+        while True:  # the best in order first; more of them if the packing walks past those
+            order, ordered = best_first(rest, scores, seqs, first)
+            ranked = np.concatenate([pinned, order])[:limit]
+            listed = len(pinned) + ordered
+            chosen, packed, labels = self._pack(ranked, listed, budget, label, room, now, dated)
+            left, shown = budget - packed.used_tokens, len(packed.items)
+            days = {local_day(e.created_at) for e in chosen.values()} if label else set()
+            if packed.unlisted and left * shown >= packed.used_tokens - room:  # room for more
+                first = None if first is None or 4 * first >= len(rest) else 4 * first
+            elif len(days) > 1 and not dated:
+                dated = True  # labels say the day when the entries shown are from several
+            else:
+                break
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
         return Recall(
@@ -498,6 +505,7 @@ class Session:
     def _pack(
         self,
         ranked: npt.NDArray[np.intp],
+        listed: int,
         budget: int,
         label: Callable[[Entry, bool], str] | None,
         reserve: int,
@@ -506,23 +514,25 @@ class Session:
     ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
         """Greedy in rank order: each entry costs its text, its label and a separator line.
         Returns the chosen entries by position, in rank order, and their labels by id.
-        An entry is built (and its label measured) only while its text still fits.
+        An entry is built (and its label measured) only while its text still fits. Only
+        the first ``listed`` of ``ranked`` are in order (see ``pack``'s ``beyond``).
         """
-        order = ranked.tolist()
-        built: dict[int, tuple[Entry, str]] = {}
+        built: dict[int, tuple[Entry, str]] = {}  # not ranked.tolist(): few are measured
 
         def measure(k: int) -> int:
-            entry = self._entry(self._state.order[order[k]], now)
+            entry = self._entry(self._state.order[int(ranked[k])], now)
             text = label(entry, dated) if label is not None else ""
             built[k] = (entry, text)
             return int(costs[k]) + (self.counter.count(text) if text else 0)
 
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
-        packed = pack(costs, budget - reserve, exact=measure, overshoot=PACK_OVERSHOOT)
-        chosen = {order[k]: built[k][0] for k in packed.items}
+        beyond = int(costs[listed:].min()) if listed < len(costs) else None
+        room = budget - reserve
+        packed = pack(costs[:listed], room, exact=measure, overshoot=PACK_OVERSHOOT, beyond=beyond)
+        chosen = {int(ranked[k]): built[k][0] for k in packed.items}
         labels = {built[k][0].id: built[k][1] for k in packed.items}
-        used = packed.used_tokens + reserve
-        return chosen, replace(packed, used_tokens=used, budget=budget), labels
+        used, omitted = packed.used_tokens + reserve, len(ranked) - len(packed.items)
+        return chosen, replace(packed, used_tokens=used, budget=budget, omitted=omitted), labels
 
     def size(self) -> int:
         """How many entries the log holds, in any state (as of the last refresh)."""
@@ -588,13 +598,3 @@ class Session:
     def updated_at(self) -> float:
         """Last change: the journal's mtime, or the time meta.json says (a rename)."""
         return updated_time(self.journal.path, self.meta)
-
-
-def updated_time(journal: Path, meta: dict[str, Any]) -> float:
-    """The later of the journal's mtime and meta's updated_at/created_at."""
-    stamps = [time_or_none(meta.get("updated_at")), time_or_none(meta.get("created_at"))]
-    best = max((t for t in stamps if t is not None), default=0.0)
-    try:
-        return max(best, journal.stat().st_mtime)
-    except FileNotFoundError:
-        return best

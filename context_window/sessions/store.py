@@ -21,7 +21,8 @@ from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
 from context_window.localtime import time_or_none
 from context_window.models import SessionInfo, SessionPage
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
-from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session, updated_time
+from context_window.sessions.records import updated_time
+from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session
 from context_window.storage import (
     check_id,
     file_stamp,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from context_window.models import Packed
 from context_window.packing import fit_data, fit_lines, leading, pack
 from context_window.tokens import TokenCounter
 
@@ -210,3 +211,29 @@ def test_fit_data_measures_the_json_it_returns() -> None:
         assert out["rows"] == rows[: len(out["rows"])] and len(out["rows"]) < 30
         size = JSON_COUNT(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
         assert size <= full - 1
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=40),
+    st.integers(min_value=0, max_value=300),
+    st.integers(min_value=0, max_value=4),
+)
+def test_a_pack_of_the_listed_items_is_the_whole_lists_or_says_it_is_not(
+    costs: list[int], listed: int, budget: int, overshoot: int
+) -> None:
+    """Items past ``listed`` stand as ``beyond`` (their least cost): the walk either
+    stops among the listed ones, choosing what the whole list gives, or says it
+    reached the unlisted ones (a pack then lists them and goes again)."""
+    listed = min(listed, len(costs))
+    extra = [c + 5 for c in costs]  # exact costs above the bounds: some are measured in vain
+
+    def run(n: int, beyond: int | None) -> Packed:
+        return pack(costs[:n], budget, exact=lambda k: extra[k], overshoot=overshoot, beyond=beyond)
+
+    whole = run(len(costs), None)
+    part = run(listed, min(costs[listed:]) if listed < len(costs) else None)
+    if not part.unlisted:
+        assert part.items == whole.items and part.used_tokens == whole.used_tokens
+    else:
+        assert set(part.items) <= set(whole.items)

@@ -838,3 +838,26 @@ def test_labels_date_entries_only_when_they_are_from_several_days(
     assert any(re.fullmatch(r"\[e3 decision · saved \d\d-\d\d\]", label) for label in labels)
     used = sum(e.tokens + 1 + s.counter.count(mixed.labels[e.id]) for e in mixed.entries)
     assert mixed.packed.used_tokens == used  # the dated labels are the ones measured
+
+
+def test_a_recall_past_the_first_ranked_matches_keeps_the_full_order(
+    store: SessionStore,
+) -> None:
+    """Only the best RANKED_FIRST matches are sorted at first; a budget or limit that
+    reaches past them gets more put in order, never a different order."""
+    from context_window.sessions.session import RANKED_FIRST
+
+    s = store.open("deep")[0]
+    rng = random.Random(9)
+    for i in range(3 * RANKED_FIRST):
+        s.append(f"{i} disk " + "full " * rng.randint(0, 3) + "x " * rng.randint(1, 30))
+    full = [e.id for e in s.recall("disk full", 10**7).entries]
+    assert len(full) == 3 * RANKED_FIRST
+    wide = [e.id for e in s.recall("disk full", 10**7, limit=RANKED_FIRST + 100).entries]
+    assert wide == full[: RANKED_FIRST + 100]
+    for budget in (300, 5_000, 20_000, 60_000):
+        ids = [e.id for e in s.recall("disk full", budget).entries]
+        ranked = iter(full)
+        assert ids and all(i in ranked for i in ids), budget
+    many = s.recall("disk full", 60_000)
+    assert len(many.entries) > RANKED_FIRST  # the walk went past the first ones
