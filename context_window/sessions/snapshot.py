@@ -26,6 +26,7 @@ import mmap
 import os
 import secrets
 import shutil
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,32 @@ def _json(arr: npt.NDArray[Any]) -> Any:
     return json.loads(arr.tobytes().decode("utf-8"))
 
 
+class ByPosition(Mapping[int, tuple[str, ...]]):
+    """A snapshot's lists by position (tags), as JSON gave them: each is made a tuple
+    when asked for, so a million-entry session does not build 100k tuples to open."""
+
+    def __init__(self, raw: dict[str, list[Any]]) -> None:
+        self._raw = raw
+
+    @classmethod
+    def checked(cls, raw: Any) -> ByPosition:
+        """ValueError unless ``raw`` maps positions (digits) to lists."""
+        if not isinstance(raw, dict) or not all(
+            k.isdigit() and type(v) is list for k, v in raw.items()
+        ):
+            raise ValueError("its tags are not lists by position")
+        return cls(raw)
+
+    def __getitem__(self, i: int) -> tuple[str, ...]:
+        return tuple(str(t) for t in self._raw[str(i)])
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(k) for k in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
 def _state(
     meta: dict[str, Any],
     arrays: dict[str, npt.NDArray[Any]],
@@ -286,7 +313,7 @@ def _state(
         # large folios (Linux 6 on ext4, xfs) maps megabytes around each text read.
         Blob(bytes(blob)) if texts is None else texts,
         ends,
-        {int(k): tuple(str(t) for t in v) for k, v in meta["tags"].items()},
+        ByPosition.checked(meta["tags"]),
         {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()},
     )
     state = SessionState.from_columns(

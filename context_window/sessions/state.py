@@ -14,7 +14,7 @@ import os
 import re
 import weakref
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +135,7 @@ class Columns:
     roles: list[str]
     texts: Blob  # every text, UTF-8, one after another (read from the file when asked)
     ends: npt.NDArray[np.int64]  # where each text ends in ``texts``
-    tags: dict[int, tuple[str, ...]]  # by position, the entries that have any
+    tags: Mapping[int, tuple[str, ...]]  # by position, the entries that have any
     replaces: dict[int, tuple[str, ...]]
 
     def __len__(self) -> int:

@@ -161,6 +161,8 @@ def _swapped(ends: np.ndarray) -> np.ndarray:
         "missing array",
         "missing directory",
         "pickled",
+        "tags not lists",
+        "tags not by position",
     ],
 )
 def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) -> None:
@@ -190,6 +192,10 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
         (_arrays(folder) / "seqs.npy").unlink()
     elif damage == "missing directory":
         shutil.rmtree(_arrays(folder))
+    elif damage == "tags not lists":  # tags are made tuples only when asked for: checked first
+        _meta_with(folder, tags={"0": 5})
+    elif damage == "tags not by position":
+        _meta_with(folder, tags={"first": ["t1"]})
     elif damage == "pickled":  # an object array: never unpickled
         np.save(_arrays(folder) / "seqs.npy", np.array([{"x": 1}] * 3, dtype=object))
     else:
