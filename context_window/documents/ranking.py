@@ -77,9 +77,10 @@ def best_passages(
     of every document searched) within ``budget`` less ``reserve``, with the first
     occurrence of each best line's kind of match found through the index.
 
-    The first ``CANDIDATE_CHUNKS`` hits are ranked by their passages, with statistics
-    from them alone; any further hit (a limit above that) ranks after them, in chunk
-    order. So a passage's rank depends on the query and the documents, never on ``limit``.
+    The first ``CANDIDATE_CHUNKS`` hits are ranked by their passages (the mean passage
+    length from them, the idf from every document searched); any further hit (a limit
+    above that) ranks after them, in chunk order. So a passage's rank depends on the
+    query and the documents, never on ``limit``.
     """
     idf = idf_of(terms, corpus.stats.n, lambda t: len(j[0]) if (j := corpus.joined(t)) else 0)
     scorer = Scorer(terms, idf, analyzer.expand)
