@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 # Times are seconds since 1970: 0 up to the year 9999 (time_t's reach on every platform).
@@ -32,7 +33,8 @@ def local_time(stamp: Any, *, seconds: bool = False, year: bool = True, unknown:
     return time.strftime(fmt, time.localtime(usable))
 
 
-def local_day(stamp: Any) -> tuple[int, int, int] | None:
-    """(year, month, day) in local time, or None for a time that is not a usable one."""
-    usable = time_or_none(stamp)
-    return None if usable is None else time.localtime(usable)[:3]
+def several_days(stamps: Iterable[Any]) -> bool:
+    """Whether ``stamps`` fall on more than one local day (an unusable time is a day of
+    its own)."""
+    days = {None if (t := time_or_none(s)) is None else time.localtime(t)[:3] for s in stamps}
+    return len(days) > 1

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 ROLES: tuple[str, ...] = ("note", "user", "assistant", "system", "decision")
 SummaryMethod = Literal["llm", "extractive", "verbatim"]
+
+
+REF = re.compile(r"([a-z])([0-9]{1,15})")  # an entry's short name: letter, number
 
 
 @dataclass(frozen=True)
@@ -37,9 +41,10 @@ class Entry:
     @property
     def ref(self) -> str:
         """A short name for the entry in its session, its id's letter and its number
-        (``e42``); every tool that takes an entry id takes it too."""
-        letter = self.id[:1]
-        return f"{letter}{self.seq}" if "a" <= letter <= "z" else self.id
+        (``e42``); every tool that takes an entry id takes it too. An id whose name
+        would not read as one (see ``REF``) is its own name."""
+        ref = f"{self.id[:1]}{self.seq}"
+        return ref if REF.fullmatch(ref) else self.id
 
 
 @dataclass(frozen=True)

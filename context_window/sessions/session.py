@@ -38,7 +38,7 @@ from context_window.errors import (
     StorageError,
 )
 from context_window.journal import Journal
-from context_window.localtime import local_day
+from context_window.localtime import several_days
 from context_window.models import (
     ROLES,
     CompactionPlan,
@@ -483,16 +483,16 @@ class Session:
         room = reserve(candidates, searchable) if callable(reserve) else reserve
         few = limit is None or limit <= len(pinned) + RANKED_FIRST
         first, dated = RANKED_FIRST if few else None, False
+        order, ordered = best_first(rest, scores, seqs, first)
         while True:  # the best in order first; more of them if the packing walks past those
-            order, ordered = best_first(rest, scores, seqs, first)
             ranked = np.concatenate([pinned, order])[:limit]
             listed = len(pinned) + ordered
             chosen, packed, labels = self._pack(ranked, listed, budget, label, room, now, dated)
             left, shown = budget - packed.used_tokens, len(packed.items)
-            days = {local_day(e.created_at) for e in chosen.values()} if label else set()
             if packed.unlisted and left * shown >= packed.used_tokens - room:  # room for more
                 first = None if first is None or 4 * first >= len(rest) else 4 * first
-            elif len(days) > 1 and not dated:
+                order, ordered = best_first(rest, scores, seqs, first)
+            elif label and not dated and several_days(e.created_at for e in chosen.values()):
                 dated = True  # labels say the day when the entries shown are from several
             else:
                 break

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import weakref
 from array import array
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,7 @@ import numpy.typing as npt
 
 from context_window.errors import InvalidInput
 from context_window.localtime import time_or_none
-from context_window.models import Entry
+from context_window.models import REF, Entry
 from context_window.retrieval.analyzer import Analyzer
 from context_window.retrieval.termcount import TermCounter
 from context_window.sessions.index import MemoryIndex
@@ -145,9 +144,6 @@ class Columns:
         """The text of position ``i``."""
         start = int(self.ends[i - 1]) if i else 0
         return decode_text(self.texts.read(start, int(self.ends[i])))
-
-
-_REF = re.compile(r"([a-z])([0-9]{1,15})")  # an entry's short name (see Entry.ref)
 
 
 class Records:
@@ -519,7 +515,7 @@ class SessionState:
     def resolve(self, ref: str) -> str:
         """The id of the entry ``ref`` names, by its id or its short name (``e42``);
         ``ref`` itself when it names none. InvalidInput when a short name names several."""
-        m = _REF.fullmatch(ref)
+        m = REF.fullmatch(ref)
         if ref in self.pos or m is None:
             return ref
         found = [eid for eid in self.records.with_seq(int(m[2])) if eid.startswith(m[1])]
