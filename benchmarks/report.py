@@ -85,6 +85,15 @@ METRIC_KEYS: tuple[str, ...] = (
     "lifecycle.purge_over_cold_load",
     "lifecycle.reingest_unchanged_share",
     "lifecycle.reingest_over_first",
+    "meaning.fill_ms_per_entry",
+    "meaning.vector_bytes_per_entry",
+    "meaning.append_p50_ms",
+    "meaning.append_over_words",
+    "meaning.recall_p50_ms",
+    "meaning.recall_over_words",
+    "meaning.ingest_over_words",
+    "meaning.search_p50_ms",
+    "meaning.search_over_words",
     "hostile.worst_ms",
     "hostile.worst_doubling",
 )
@@ -227,6 +236,16 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         m[f"session.recall_{tier}.worst_over_median"] = s[f"recall_{tier}"]["varied"][
             "worst_over_median"
         ]
+    if "meaning" in d:  # only where the MiniLM test model is installed
+        mean = d["meaning"]
+        m |= {
+            "meaning.fill_ms_per_entry": mean["meaning"]["fill_ms_per_entry"],
+            "meaning.vector_bytes_per_entry": mean["meaning"]["vector_bytes_per_entry"],
+            "meaning.append_p50_ms": mean["meaning"]["append"]["p50_ms"],
+            "meaning.recall_p50_ms": mean["meaning"]["recall"]["p50_ms"],
+            "meaning.search_p50_ms": mean["meaning"]["search"]["p50_ms"],
+            **{f"meaning.{k}": v for k, v in mean.items() if k.endswith("_over_words")},
+        }
     return {k: m[k] for k in METRIC_KEYS if k in m}  # numpy rows: only beside numba
 
 
@@ -332,6 +351,7 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "lifecycle.purge_over_cold_load": "purge / cold load of the same session",
         "lifecycle.reingest_unchanged_share": "re-ingest after +1 % lines: chunks unchanged",
         "lifecycle.reingest_over_first": "re-ingest time / first ingest time",
+        **_meaning_labels(d.get("meaning")),
         "hostile.worst_ms": "slowest crafted 200k note (facts, split, compact)",
         "hostile.worst_doubling": "... its time at 200k / at 100k (linear: ~2)",
     }
@@ -347,6 +367,21 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         f"context_recall p50 right after an append, {n:,}"
     )
     return out
+
+
+def _meaning_labels(d: dict[str, Any] | None) -> dict[str, str]:
+    n = d["meaning"]["entries"] if d else 0
+    return {
+        "meaning.fill_ms_per_entry": f"meaning: filling the vectors of {n:,} entries, per entry",
+        "meaning.vector_bytes_per_entry": "... vector file bytes per entry (float16)",
+        "meaning.append_p50_ms": f"... context_append p50 with meaning on, {n:,} entries",
+        "meaning.append_over_words": "... / with words alone",
+        "meaning.recall_p50_ms": f"... context_recall p50 with meaning, {n:,} entries",
+        "meaning.recall_over_words": "... / with words alone",
+        "meaning.ingest_over_words": "... doc_ingest time / with words alone",
+        "meaning.search_p50_ms": "... doc_search p50 with meaning (embeds its passages)",
+        "meaning.search_over_words": "... / with words alone",
+    }
 
 
 def _fmt(key: str, value: float) -> str:
@@ -366,9 +401,12 @@ def _fmt(key: str, value: float) -> str:
         or key.endswith("_over_first")
         or key.endswith("_doubling")
         or key.endswith("_over_1k")
+        or key.endswith("_over_words")
     ):
         return f"{value:,.2f}x"
-    if key.startswith("lifecycle.schema_tokens") or key.endswith(".tokens"):
+    if key.endswith("_ms_per_entry"):
+        return f"{value:,.1f} ms"
+    if key.startswith("lifecycle.schema_tokens") or key.endswith((".tokens", "_per_entry")):
         return f"{value:,.0f}"
     return f"{value:.3f}"
 

@@ -27,7 +27,18 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import corpus, documents, hostile, lifecycle, quality, report, sessions, startup
+from benchmarks import (
+    corpus,
+    documents,
+    hostile,
+    lifecycle,
+    meaning,
+    minilm,
+    quality,
+    report,
+    sessions,
+    startup,
+)
 from benchmarks import scale as scale_bench
 from context_window.cli.main import tune_process
 
@@ -53,14 +64,16 @@ class Scale:
     many_sessions: int = 10_000
     big_session: int = 100_000
     many_documents: int = 300
+    meaning: int = 10_000  # entries of the session embedded by a real MiniLM
 
 
 FULL = Scale(100, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000)
-QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2, 200, 2_000, 200, 5_000, 30)
+QUICK = Scale(2, 200, 40, (500, 1_000, 2_000), 10, 1, 1, 8, 2, 200, 2_000, 200, 5_000, 30, 200)
 # --large: a 1 GB log and a session of a million entries (tens of minutes).
 LARGE = Scale(
-    1000, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000, 10_000, 1_000_000
-)
+    1000, 2000, 300, (1_000, 10_000, 100_000), 50, 3, 5, 40, 3, 2_000, 100_000, 10_000, 1_000_000,
+    300, 100_000,
+)  # fmt: skip
 
 
 def _log(message: str) -> None:
@@ -164,6 +177,13 @@ def run(scale: Scale, mode: str, work: Path) -> dict[str, Any]:
         "restart": scale_bench.bench_restart(xdir / "restart", scale.big_session),
         "docs": scale_bench.bench_many_documents(xdir / "docs", scale.many_documents, 40),
     }
+
+    _log(f"meaning: append, fill, recall and search with a real MiniLM, {scale.meaning:,} entries")
+    found = meaning.bench_meaning(work / "meaning", scale.meaning, scale.recall_queries)
+    if found is None:
+        _log(f"meaning: skipped, the MiniLM test model is not installed ({minilm.INSTALL})")
+    else:
+        details["meaning"] = found
 
     _log("hostile text: facts, sentence splitting and compaction of crafted 200k notes")
     details["hostile"] = hostile.bench_text_paths()

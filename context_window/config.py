@@ -101,6 +101,26 @@ class Settings:
         "the local model for summaries and calibration (off: extractive, no network)",
         off="--no-llm",
     )  # fmt: skip
+    embed_base_url: str = setting(
+        "", "CTX_EMBED_BASE_URL", "--embed-base-url URL",
+        "OpenAI-compatible endpoint serving /embeddings; empty = rank by words only",
+        shown="empty (off)",
+    )  # fmt: skip
+    embed_model: str = setting(
+        "", "CTX_EMBED_MODEL", "--embed-model ID", "embedding model; empty = the loaded one"
+    )
+    embed_query_prefix: str = setting(
+        "", "CTX_EMBED_QUERY_PREFIX", "--embed-query-prefix TEXT",
+        "put before each query embedded (nomic-embed: 'search_query: ', e5: 'query: ')",
+    )  # fmt: skip
+    embed_passage_prefix: str = setting(
+        "", "CTX_EMBED_PASSAGE_PREFIX", "--embed-passage-prefix TEXT",
+        "put before each entry or passage embedded ('search_document: ', 'passage: ')",
+    )  # fmt: skip
+    embed_timeout: float = setting(
+        2.0, "CTX_EMBED_TIMEOUT", "--embed-timeout SECONDS",
+        "longest wait for a query's vector before ranking by words only", 0.1, 60,
+    )  # fmt: skip
     budget: int = setting(
         4000, "CTX_BUDGET", "--budget N", "default recall/window/search budget in tokens",
         64, 1_000_000,
@@ -255,10 +275,9 @@ def _validated(s: Settings) -> Settings:
         raise ConfigError(str(exc)) from None
     if s.http_token and not s.http_token.strip():
         raise ConfigError("http-token is blank: give a real secret, or none for no token")
-    if not re.match(r"^https?://", s.llm_base_url):
-        raise ConfigError(
-            f"llm-base-url must start with http:// or https://, not {s.llm_base_url!r}"
-        )
+    for name, url in (("llm-base-url", s.llm_base_url), ("embed-base-url", s.embed_base_url)):
+        if (url or name == "llm-base-url") and not re.match(r"^https?://", url):
+            raise ConfigError(f"{name} must start with http:// or https://, not {url!r}")
     return s  # an ingest root that does not exist is reported at start and by doc_ingest
 
 

@@ -120,6 +120,7 @@ class Recall:
     beyond_limit: int = 0
     searchable: bool = True
     labels: dict[str, str] = field(default_factory=dict)  # each entry's label line, as packed
+    words_only: bool = False  # ranked by words alone: the embeddings endpoint did not answer
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import anyio
@@ -24,6 +24,7 @@ from context_window.config import Settings, default_of
 from context_window.documents.answers import Answer
 from context_window.documents.cursors import all_cursors
 from context_window.documents.freshness import SourceState
+from context_window.documents.meaning import PassageMeaning
 from context_window.documents.outline import (
     Outline,
     OutlineLayout,
@@ -47,8 +48,10 @@ from context_window.models import (
     SessionStats,
 )
 from context_window.retrieval.analyzer import QueryLimits
+from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.sessions.compaction import Compaction, keep_facts, summary_input
-from context_window.sessions.session import Session
+from context_window.sessions.meaning import Embedder, Meaning
+from context_window.sessions.session import RANKED_FIRST, Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import check_id, work_in_progress
 from context_window.tokens import TokenCounter
@@ -114,6 +117,7 @@ class Searched:
     instead: str  # when there are no hits: an overview, or that nothing matched
     terse: bool
     budget: int
+    words_only: bool = False  # meaning was asked for and not had (the endpoint failed)
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class Service:
         limits = QueryLimits(settings.max_query_chars, settings.max_query_terms)
         self.sessions = SessionStore(settings.data_dir, self.counter, clock, limits)
         self.sessions.recover()
+        self.embedder = Embedder.configured(settings, self, self.sessions.get)
         self.documents = DocumentStore(
             settings.data_dir,
             self.counter,
@@ -200,9 +205,15 @@ class Service:
             log.info("%s", message)
 
     async def aclose(self) -> None:
-        """Release the HTTP client."""
+        """Release the HTTP clients and stop embedding."""
         if self.llm is not None:
             await self.llm.aclose()
+        if self.embedder is not None:
+            await self.embedder.aclose()
+
+    def ranking(self) -> str:
+        """How recall and search rank, for the guide."""
+        return "by words (BM25)" if self.embedder is None else self.embedder.describe()
 
     def session(self, session_id: str) -> Session:
         """An existing session (NotFound with the known ids otherwise)."""
@@ -311,7 +322,14 @@ class Service:
             pinned, recent = session.pinned_and_latest(RECENT)
             return Opened(session, created, session.stats(), pinned, recent, self.settings.budget)
 
-        return await self.run(session_key(session_id), work)
+        opened = await self.run(session_key(session_id), work)
+        self._embed(opened.session.id)
+        return opened
+
+    def _embed(self, session_id: str) -> None:
+        """Have the entries of ``session_id`` that lack a vector embedded, in the background."""
+        if self.embedder is not None:
+            self.embedder.wake(session_id, session_key(session_id))
 
     async def append(
         self,
@@ -332,6 +350,7 @@ class Service:
         changed = await self.run(session_key(session_id), work)
         if changed.session.snapshot_due:  # saved after the answer, not before it
             self.later(session_key(session_id), changed.session.save_due)
+        self._embed(session_id)
         return changed
 
     def later(self, key: str, work: Callable[[], object]) -> None:
@@ -360,12 +379,22 @@ class Service:
     ) -> Recalled:
         """The entries relevant to ``query`` (or the latest), packed with ``layout``'s room."""
         budget = budget_tokens or self.settings.budget
+        embedder, query_vector = self.embedder, None
+        if embedder is not None and query and query.strip():
+            query_vector, why = await embedder.query(query)
+            if query_vector is None:
+                log.info("recall in %s by words only: %s", session_id, why)
+        asked = embedder is not None and bool(query and query.strip())
+        extra = self.counter.count(WORDS_ONLY) if asked else 0  # the header may say so
 
         def work() -> Recalled:
             session = self.sessions.get(session_id)
+            meaning = None
+            if embedder is not None and asked:
+                meaning = Meaning(query_vector, embedder.vectors(session), RANKED_FIRST)
 
             def reserve(candidates: int, searchable: bool) -> int:  # what the header takes
-                return layout.reserve(candidates, budget, self.counter.count, searchable)[0]
+                return extra + layout.reserve(candidates, budget, self.counter.count, searchable)[0]
 
             rec = session.recall(
                 query,
@@ -375,11 +404,15 @@ class Service:
                 include_superseded=include_superseded,
                 label=layout.label,
                 reserve=reserve,
+                meaning=meaning,
             )
             terse = layout.reserve(rec.candidates, budget, self.counter.count, rec.searchable)[1]
-            return Recalled(session.id, rec, terse, budget)
+            words_only = meaning is not None and not meaning.used
+            return Recalled(session.id, replace(rec, words_only=words_only), terse, budget)
 
-        return await self.run(session_key(session_id), work)
+        recalled = await self.run(session_key(session_id), work)
+        self._embed(recalled.session_id)
+        return recalled
 
     async def uncompact(self, session_id: str, compaction_id: str) -> Changed:
         """Undo a compaction: its originals are live again."""
@@ -474,16 +507,24 @@ class Service:
         if doc_id is not None:
             await self.arrived(doc_id)
         budget = budget_tokens or self.settings.budget
-        store, counter = self.documents, self.counter
+        store, counter, embedder = self.documents, self.counter, self.embedder
+        meaning = None
+        if embedder is not None and query.strip():
+            vector, why = await embedder.query(query)
+            if vector is None:
+                log.info("search by words only: %s", why)
+            meaning = PassageMeaning(vector, embedder.passages_from_thread)
 
         def work() -> Searched:
             reserve, terse = layout.reserve(budget, counter.count)
-            found = store.answer(query, doc_id, limit, budget, reserve)
+            reserve += counter.count(WORDS_ONLY) if meaning is not None else 0
+            found = store.answer(query, doc_id, limit, budget, reserve, meaning)
             if found is None:
                 shown = overview(store, doc_id, budget, counter, layout)
                 return Searched(query, None, shown, terse, budget)
             instead = "" if found.hits else counter.truncate(layout.no_match(doc_id), budget)
-            return Searched(query, found, instead, terse, budget)
+            words_only = meaning is not None and not meaning.used and bool(found.hits)
+            return Searched(query, found, instead, terse, budget, words_only)
 
         return await self.run(DOCUMENTS, work)
 

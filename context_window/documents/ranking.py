@@ -3,13 +3,21 @@ the best passages of those chunks within a budget (the line-level answer of ``se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
 from context_window.documents.answers import Answer, Scored, answer, best_matches
 from context_window.documents.index import Corpus
-from context_window.documents.passages import Group, Scorer, candidate_passages, idf_of, smooth
+from context_window.documents.passages import (
+    Group,
+    Passage,
+    Scorer,
+    candidate_passages,
+    idf_of,
+    smooth,
+)
 from context_window.documents.tables import DocInfo, Tables
 from context_window.models import Hit
 from context_window.retrieval.analyzer import Analyzer
@@ -32,6 +40,7 @@ class RankedChunk(NamedTuple):
 
 
 Ranked = list[RankedChunk]  # best first
+Rescore = Callable[[list[Passage]], None]  # rescores passages in place (PassageMeaning)
 
 
 def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
@@ -72,6 +81,7 @@ def best_passages(
     limit: int,
     budget: int,
     reserve: int,
+    meaning: Rescore | None = None,
 ) -> Answer:
     """The best passages of ``hits`` (ranked chunks, best first; ``tables`` and ``corpus``
     of every document searched) within ``budget`` less ``reserve``, with the first
@@ -80,7 +90,8 @@ def best_passages(
     The first ``CANDIDATE_CHUNKS`` hits are ranked by their passages (the mean passage
     length from them, the idf from every document searched); any further hit (a limit
     above that) ranks after them, in chunk order. So a passage's rank depends on the
-    query and the documents, never on ``limit``.
+    query and the documents, never on ``limit``. ``meaning`` (``PassageMeaning``)
+    rescores the passages of those first hits.
     """
     idf = idf_of(terms, corpus.stats.n, lambda t: len(j[0]) if (j := corpus.joined(t)) else 0)
     scorer = Scorer(terms, idf, analyzer.expand)
@@ -90,6 +101,8 @@ def best_passages(
     count = counter.count
     groups = candidate_passages(first, share, count, scorer, seen)  # sets the mean length
     smooth(groups)
+    if meaning is not None:
+        meaning([p for g in groups for p in g.passages])
     # Where does each of the best lines' kind of match first occur? Read the earliest
     # chunks holding all its matched terms (a bounded number) until a line holds them.
     have = {(h.doc_id, h.chunk.index) for h in first}

@@ -39,18 +39,13 @@ from context_window.documents.ranking import (
     CANDIDATE_CHUNKS,
     READ_AT_ONCE,
     Ranked,
+    Rescore,
     best_passages,
     hits_of,
     ranked_chunks,
 )
 from context_window.documents.tables import DocInfo, Ingested, Tables, Window, from_line
-from context_window.errors import (
-    INGEST_FIRST,
-    LIST_DOCUMENTS,
-    InvalidInput,
-    NotFound,
-    StorageError,
-)
+from context_window.errors import INGEST_FIRST, LIST_DOCUMENTS, InvalidInput, NotFound, StorageError
 from context_window.models import Chunk, Hit
 from context_window.packing import fit_chunks, leading
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
@@ -435,15 +430,16 @@ class DocumentStore:
             return corpus
 
     def answer(
-        self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0
-    ) -> Answer | None:
-        """The best passages for ``query`` within ``budget`` (see ``docsearch``); None
-        when the query has no searchable terms. A search of every document skips one
-        with a damaged index and names it in the answer's ``skipped``."""
+        self, query: str, doc_id: str | None, limit: int, budget: int, reserve: int = 0,
+        meaning: Rescore | None = None,
+    ) -> Answer | None:  # fmt: skip
+        """The best passages for ``query`` within ``budget`` (see ``best_passages``, and
+        its ``meaning``); None when the query has no searchable terms. A search of every
+        document skips one with a damaged index and names it in the answer's ``skipped``."""
         skipped: dict[str, str] = {}
         while True:
             try:
-                found = self._answer(query, doc_id, limit, budget, reserve, skipped)
+                found = self._answer(query, doc_id, limit, budget, reserve, skipped, meaning)
             except Damaged as exc:
                 if doc_id is not None or exc.doc_id in skipped:
                     raise
@@ -460,6 +456,7 @@ class DocumentStore:
         budget: int,
         reserve: int,
         skip: Collection[str],
+        meaning: Rescore | None,
     ) -> Answer | None:
         terms = self.analyzer.query(query or "")
         if not terms:
@@ -470,11 +467,10 @@ class DocumentStore:
         docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         corpus = self._corpus(tables)
-        # Read CANDIDATE_CHUNKS chunks. While most chunks read earn a hit of their own,
-        # a higher limit can show more: read twice as many (up to the limit) and redo.
-        # Where most do not, their lines repeat those shown, as further chunks' would.
-        # When every matching chunk fits in the budget with the others, read them at
-        # once. (What is read depends on the documents, not on the limit, but for its cap.)
+        # Read CANDIDATE_CHUNKS chunks; while most earn a hit of their own, a higher limit
+        # can show more: read twice as many (up to the limit) and redo. When every match
+        # fits in the budget with the others, read them at once. (What is read depends
+        # on the documents, not on the limit, but for its cap.)
         every = len(ranked) < max(top, READ_AT_ONCE)
         whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
         want = top if every and whole <= budget - reserve else CANDIDATE_CHUNKS
@@ -483,8 +479,9 @@ class DocumentStore:
         while True:
             hits += self._hits(docs, tables, ranked[len(hits) : want], doc_id is None)
             found = best_passages(
-                hits, searched, corpus, terms, self.analyzer, self.counter, limit, budget, reserve
-            )
+                hits, searched, corpus, terms, self.analyzer, self.counter, limit, budget, reserve,
+                meaning,
+            )  # fmt: skip
             if want >= len(ranked) or len(hits) < want or 2 * len(found.hits) <= len(hits):
                 return found
             want = min(len(ranked), 2 * want)

@@ -132,6 +132,13 @@ class LLMClient:
             "POST", "/chat/completions", body, lambda data: self._chat_result(data, allow_empty)
         )
 
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text from ``/embeddings``, in the order given."""
+        body: dict[str, Any] = {"input": texts}
+        if self._model:
+            body["model"] = self._model
+        return await self._call("POST", "/embeddings", body, lambda d: _vectors(d, len(texts)))
+
     async def list_models(self) -> list[str]:
         """Model ids the endpoint lists at ``GET /models``."""
         return await self._call("GET", "/models", None, _model_ids)
@@ -221,6 +228,21 @@ def _model_ids(data: Any) -> list[str]:
     if not isinstance(entries, list):
         raise UpstreamError("answer had no model list (data)")
     return [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+
+
+def _vectors(data: Any, count: int) -> list[list[float]]:
+    """The ``embedding`` of each ``data`` item of an OpenAI embeddings answer, by ``index``."""
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list) or len(items) != count:
+        raise UpstreamError(f"answer did not hold {count} embeddings (data)")
+    try:
+        ordered = sorted(items, key=lambda item: int(item.get("index", 0)))
+        vectors = [[float(x) for x in item["embedding"]] for item in ordered]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise UpstreamError("answer held an embedding that is not a list of numbers") from None
+    if len({len(v) for v in vectors}) > 1 or not vectors[0]:
+        raise UpstreamError("answer held embeddings of different or zero lengths")
+    return vectors
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -246,7 +246,8 @@ def guide_text(service: Service) -> str:
 {body}
 This instance: data dir {s.data_dir}; budget {s.budget} tokens per answer;
 {where}tools: {s.tools}.
-Token counts: {service.counter.describe()}. Summaries: {service.summarizer.describe()}."""
+Token counts: {service.counter.describe()}. Summaries: {service.summarizer.describe()}.
+Ranking: {service.ranking()}."""
 
 
 def build_server(service: Service) -> MCPServer:

@@ -10,6 +10,7 @@ from context_window.documents.tables import DocInfo, Ingested, Window
 from context_window.localtime import local_time
 from context_window.models import Chunk, Count, Reserve
 from context_window.packing import header_reserve
+from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.service import Listed
 from context_window.wording import plural
 
@@ -56,9 +57,13 @@ def render_doc_line(d: DocInfo, state: SourceState, sessions: int) -> str:
 SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
 
 
-def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
-    """doc_search's first lines: what is shown, the tokens, what did not fit, how to read on."""
+def search_header(
+    hits: int, used: int, budget: int, omitted: int, terse: bool = False, words_only: bool = False
+) -> str:
+    """doc_search's first lines: what is shown, the tokens, what did not fit, whether it
+    ranked by words only though meaning was asked for, and how to read on."""
     head = answers.search_header(hits, used, budget, omitted, terse)
+    head += WORDS_ONLY if words_only else ""
     return head if terse else f"{head}\n{SEARCH_TIP}"
 
 

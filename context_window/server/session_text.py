@@ -5,6 +5,7 @@ from __future__ import annotations
 from context_window.localtime import local_time
 from context_window.models import Count, Entry, Recall, Reserve, SessionPage, SessionStats
 from context_window.packing import fit_lines, header_reserve
+from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
 from context_window.sessions.session import FOLD_TOKENS
@@ -100,11 +101,16 @@ def recall_header(
     beyond: int,
     searchable: bool,
     terse: bool = False,
+    words_only: bool = False,
 ) -> str:
-    """context_recall's first line(s): counts and tokens, and what was left out."""
+    """context_recall's first line(s): counts and tokens, what was left out, and
+    whether meaning was asked for and not had (the embeddings endpoint failed)."""
+    header = f"{shown}/{candidates} · {used}/{budget}" + (WORDS_ONLY if words_only else "")
     if terse:  # a budget too small for the full header
-        return f"{shown}/{candidates} · {used}/{budget}"
+        return header
     header = f"{shown} of {candidates} entries, best first · {used}/{budget} tokens"
+    if words_only:
+        header += WORDS_ONLY
     if omitted:
         header += f" · {omitted} did not fit"
     if beyond:
@@ -163,6 +169,7 @@ def render_recall(
         rec.beyond_limit,
         rec.searchable,
         terse,
+        rec.words_only,
     )
     if not rec.entries:
         return header if terse else f"{header}\n{NOTHING_MATCHED}"

@@ -361,7 +361,12 @@ def searched(s: Searched, count: Count) -> CallToolResult:
     body = [h.render(found.short) for h in found.hits]
     text, used = settle(
         lambda u: "\n\n".join(
-            [dt.search_header(len(found.hits), u, s.budget, found.omitted, s.terse), *body]
+            [
+                dt.search_header(
+                    len(found.hits), u, s.budget, found.omitted, s.terse, s.words_only
+                ),
+                *body,
+            ]
         ),
         s.budget,
         count,

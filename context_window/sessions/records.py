@@ -9,7 +9,7 @@ record may stop replay, listing, the CLI or doctor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +107,26 @@ def updated_time(journal: Path, meta: dict[str, Any]) -> float:
         return max(best, journal.stat().st_mtime)
     except FileNotFoundError:
         return best
+
+
+def without(
+    records: list[dict[str, Any]], gone: set[str], known: Callable[[str], bool]
+) -> tuple[list[dict[str, Any]], int, int]:
+    """A purge's records: those of entries not ``gone``, and patches of ``known`` entries
+    not gone, with ``gone`` left out of every ``replaces``; and how many patches and
+    records of an unknown kind were dropped."""
+    kept: list[dict[str, Any]] = []
+    patches = unknown = 0
+    for rec in records:
+        kind, target = rec.get("kind"), str(rec.get("id"))
+        if kind == "patch" and (target in gone or not known(target)):
+            patches += 1
+        elif kind == "entry" and target in gone:
+            continue
+        elif kind in {"entry", "patch"}:
+            if isinstance(rec.get("replaces"), list):
+                rec = {**rec, "replaces": [r for r in rec["replaces"] if r not in gone]}
+            kept.append(rec)
+        else:
+            unknown += 1
+    return kept, patches, unknown

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -53,10 +53,13 @@ from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.retrieval.bm25 import best_first, smooth_neighbours
 from context_window.sessions import snapshot
 from context_window.sessions.compaction import check_pins
-from context_window.sessions.records import check_tags, check_text, updated_time
+from context_window.sessions.records import check_tags, check_text, updated_time, without
 from context_window.sessions.state import SessionState
 from context_window.storage import new_id
 from context_window.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from context_window.sessions.meaning import Rescore, Rows
 
 log = logging.getLogger("context_window")
 
@@ -438,6 +441,7 @@ class Session:
         include_superseded: bool = False,
         label: Callable[[Entry, bool], str] | None = None,
         reserve: int | Callable[[int, bool], int] = 0,
+        meaning: Rescore | None = None,
     ) -> Recall:
         """Rank entries and pack the best into ``budget`` tokens, best first. Pinned
         entries first. With a query, the rest rank by BM25 over the entries
@@ -446,8 +450,8 @@ class Session:
         names its topic); only entries matching a query term, recency breaking ties;
         without a searchable query, the newest. An entry costs its text and ``label``
         (dated if those shown span days); ``reserve`` (or ``reserve(candidates,
-        searchable)``) tokens are the header's.
-        """
+        searchable)``) tokens are the header's. ``meaning`` (``sessions.meaning.blend``)
+        ranks by meaning and words, entries sharing no word included."""
         self.refresh()
         wanted = set(check_tags(tags))
         n = len(self._state.order)
@@ -469,14 +473,18 @@ class Session:
         terms = self._analyzer.query(query) if query and query.strip() else []
         searchable = not (query and query.strip()) or bool(terms)
         pinned = np.flatnonzero(mask & flags.pinned)  # shown whatever the query
+        scores, matching = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_)
         if terms:
             scores = self._state.index.scores(terms, exclude=~mask)
             scores = smooth_neighbours(np.maximum(scores, 0.0), mask, seqs)
             # Only entries that match a term themselves: credit from a neighbour ranks a
             # match, it never brings in an entry that shares no word with the query.
-            mask &= self._state.index.matching(terms)
-        else:
-            scores = np.zeros(n, dtype=np.float64)
+            matching = self._state.index.matching(terms)
+        blended = meaning(self._state.order, scores, mask, matching, seqs) if meaning else None
+        if blended is not None:
+            (scores, mask), searchable = blended, True
+        elif terms:
+            mask &= matching
         rest = np.flatnonzero(mask & ~flags.pinned)
         pinned = best_first(pinned, scores, seqs)[0]
         candidates = len(pinned) + len(rest)
@@ -534,6 +542,11 @@ class Session:
         used, omitted = packed.used_tokens + reserve, len(ranked) - len(packed.items)
         return chosen, replace(packed, used_tokens=used, budget=budget, omitted=omitted), labels
 
+    def lacking(self, rows: Callable[[list[str]], Rows], limit: int) -> list[tuple[int, str, str]]:
+        """Live entries without a vector, newest first (``SessionState.lacking``)."""
+        self.refresh()
+        return self._state.lacking(rows, limit, self.clock())
+
     def size(self) -> int:
         """How many entries the log holds, in any state (as of the last refresh)."""
         return len(self._state.order)
@@ -564,21 +577,8 @@ class Session:
                 for eid, rec in self._state.records.items()
                 if rec["deleted"] or self._state.expired(rec, now)
             }
-            records = self.journal.read_all()
-            kept: list[dict[str, Any]] = []
-            patches = unknown = 0
-            for rec in records:
-                kind, target = rec.get("kind"), str(rec.get("id"))
-                if kind == "patch" and (target in gone or target not in self._state.records):
-                    patches += 1
-                elif kind == "entry" and target in gone:
-                    continue
-                elif kind in {"entry", "patch"}:
-                    if isinstance(rec.get("replaces"), list):
-                        rec = {**rec, "replaces": [r for r in rec["replaces"] if r not in gone]}
-                    kept.append(rec)
-                else:
-                    unknown += 1
+            known = self._state.records.__contains__
+            kept, patches, unknown = without(self.journal.read_all(), gone, known)
             unreadable = self.journal.skipped + unknown
             folded = tuple(
                 (eid, s)

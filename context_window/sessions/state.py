@@ -13,7 +13,7 @@ import math
 import os
 import weakref
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -507,6 +507,16 @@ class SessionState:
         flag = {k: np.frombuffer(v, dtype=np.bool_)[at].copy() for k, v in self.flags.items()}
         due = np.frombuffer(self.expires, dtype=np.float64)[at] <= now
         return Masks(flag["pinned"], flag["deleted"], flag["superseded"], due & ~flag["pinned"])
+
+    def lacking(
+        self, rows: Callable[[list[str]], npt.NDArray[np.int64]], limit: int, now: float
+    ) -> list[tuple[int, str, str]]:
+        """Up to ``limit`` live entries, newest first, without a vector in ``rows(order)``:
+        (position, id, text)."""
+        flags = self.masks(now)
+        need = np.flatnonzero((rows(self.order) < 0) & ~flags.deleted & ~flags.expired)
+        picked = need[::-1][:limit].tolist()
+        return [(p, self.order[p], self.records[self.order[p]]["text"]) for p in picked]
 
     def live_replacers(self, eid: str) -> list[str]:
         """The summaries folding ``eid`` that are not deleted."""

@@ -46,6 +46,11 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
         "CTX_LLM_API_KEY": "k",
         "CTX_LLM_TIMEOUT": "7.5",
         "CTX_LLM_ENABLED": "0",
+        "CTX_EMBED_BASE_URL": "http://127.0.0.1:1234/v1",
+        "CTX_EMBED_MODEL": "nomic-embed-text",
+        "CTX_EMBED_QUERY_PREFIX": "search_query: ",
+        "CTX_EMBED_PASSAGE_PREFIX": "search_document: ",
+        "CTX_EMBED_TIMEOUT": "4",
         "CTX_BUDGET": "2000",
         "CTX_CHUNK_TOKENS": "400",
         "CTX_CHUNK_OVERLAP": "0",
@@ -68,6 +73,9 @@ def test_every_environment_variable_is_read(tmp_path: Path) -> None:
     assert s.ingest_roots == (a, b)
     assert (s.llm_base_url, s.llm_model, s.llm_api_key) == ("https://llm.example/v1", "smol", "k")
     assert (s.llm_timeout, s.llm_enabled) == (7.5, False)
+    assert (s.embed_base_url, s.embed_model) == ("http://127.0.0.1:1234/v1", "nomic-embed-text")
+    assert (s.embed_query_prefix, s.embed_passage_prefix) == ("search_query: ", "search_document: ")
+    assert s.embed_timeout == 4.0
     assert (s.budget, s.chunk_tokens, s.chunk_overlap, s.token_ratio) == (2000, 400, 0, 0.3)
     assert (s.max_query_chars, s.max_query_terms) == (500, 9)
     assert (s.http_session_idle, s.http_sessions_per_client) == (60.0, 5)
@@ -256,3 +264,12 @@ def test_a_missing_ingest_root_is_kept_and_named_not_fatal(tmp_path: Path) -> No
     s = load_settings({"ingest_roots": [tmp_path / "here", "/definitely/not/here"]}, environ={})
     assert s.ingest_roots == (tmp_path / "here", Path("/definitely/not/here"))
     assert missing_roots(s) == [Path("/definitely/not/here")]
+
+
+def test_an_embeddings_endpoint_must_be_an_http_url_and_is_off_when_empty(tmp_path: Path) -> None:
+    base = {"data_dir": tmp_path}
+    assert load_settings(base, environ={}).embed_base_url == ""  # off: words only
+    with pytest.raises(ConfigError, match="embed-base-url must start with http"):
+        load_settings({**base, "embed_base_url": "localhost:1234/v1"}, environ={})
+    with pytest.raises(ConfigError, match=r"embed-timeout must be between 0\.1 and 60"):
+        load_settings(base, environ={"CTX_EMBED_TIMEOUT": "0"})

@@ -1,0 +1,239 @@
+"""Recall by meaning as well as words, from the user's own embeddings endpoint.
+
+``Meaning`` (``blend``) ranks a recall's candidates by ``retrieval.meaning.interpolate``:
+the best ``depth`` entries by words and the best ``depth`` by cosine to the query.
+``Embedder`` fills each session's vectors in the background, newest entries first,
+in batches, never on an append's or a recall's path; an endpoint that is down, slow
+or answers another dimension only delays them (``LLMClient`` cools down after a
+failure), and recall ranks by words until they are there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from context_window.config import Settings
+from context_window.errors import Busy, ContextWindowError, UpstreamError
+from context_window.llm.client import LLMClient
+from context_window.retrieval.bm25 import best_first
+from context_window.retrieval.meaning import interpolate
+from context_window.sessions.vectors import Vectors, model_key, unit
+
+if TYPE_CHECKING:
+    from context_window.sessions.session import Session
+
+log = logging.getLogger("context_window")
+
+BATCH = 32  # entries per embeddings request
+TEXT_CHARS = 2000  # of an entry's text embedded: past a small model's window anyway
+SCAN_ROWS = 65_536  # vectors compared with a query at once
+PASSAGES_KEPT = 16_384  # passage vectors remembered across searches (about 12 MB)
+BATCH_SECONDS = 60.0  # the longest wait for one batch's vectors (a query waits less)
+F64 = npt.NDArray[np.float64]
+Mask = npt.NDArray[np.bool_]
+Rows = npt.NDArray[np.int64]
+T = TypeVar("T")
+# (order, scores, allowed, matching, times) -> (scores, candidates), or None: words only
+Rescore = Callable[[list[str], F64, Mask, Mask, F64], "tuple[F64, Mask] | None"]
+
+
+class Lanes(Protocol):
+    """What runs work on a session's lane: ``Service``."""
+
+    async def run(self, key: str, work: Callable[[], T]) -> T: ...
+
+
+@dataclass
+class Meaning:
+    """A recall's ``meaning`` (``Session.recall``): the query's unit vector, the session's
+    vectors, and whether they ranked the recall (``blend``: False means by words only)."""
+
+    query: npt.NDArray[np.float32] | None
+    vectors: Vectors
+    depth: int
+    used: bool = False
+
+    def __call__(
+        self, order: list[str], scores: F64, allowed: Mask, matching: Mask, times: F64
+    ) -> tuple[F64, Mask] | None:
+        found = None if self.query is None else blend(self, order, scores, allowed, matching, times)
+        self.used = found is not None
+        return found
+
+
+def blend(
+    meaning: Meaning,
+    order: Sequence[str],
+    scores: F64,
+    allowed: Mask,
+    lexical: Mask,
+    times: F64,
+) -> tuple[F64, Mask] | None:
+    """Scores and candidates for a recall by meaning and words: the best ``depth`` by
+    words and the best ``depth`` by cosine first, by their interpolation (as 2 + it),
+    then the other word matches by words alone (below 1). None when no vector can be
+    compared with the query (none yet, or another dimension)."""
+    vec, query, depth = meaning.vectors, meaning.query, meaning.depth
+    assert query is not None
+    rows = vec.rows(order)
+    have = np.flatnonzero((rows >= 0) & allowed)
+    if not have.size or vec.dim != len(query):
+        return None
+    cos = np.full(len(order), np.nan)
+    for at in range(0, len(have), SCAN_ROWS):
+        part = have[at : at + SCAN_ROWS]
+        cos[part] = vec.vectors(rows[part]) @ query
+    near, _ = best_first(have, np.nan_to_num(cos, nan=-2.0), times, depth)
+    words, _ = best_first(np.flatnonzero(lexical & allowed), scores, times, depth)
+    chosen = np.union1d(near[:depth], words[:depth])
+    out = np.where(lexical & allowed, scores / (float(scores.max(initial=0.0)) + 1.0), 0.0)
+    out[chosen] = 2.0 + interpolate(scores[chosen], cos[chosen])
+    mask = allowed & lexical
+    mask[chosen] = True
+    return out, mask
+
+
+@dataclass
+class Embedder:
+    """Fills the vectors of the sessions it is told about, one batch at a time.
+
+    ``lanes.run(key, work)`` runs ``work`` on the session's lane (``Service.run``), so
+    the embedder reads a session only between the calls that change it.
+    """
+
+    client: LLMClient
+    query_client: LLMClient
+    passage_client: LLMClient
+    model: str
+    query_prefix: str
+    passage_prefix: str
+    lanes: Lanes
+    sessions: Callable[[str], Session]
+    _pending: dict[str, None] = field(default_factory=dict)  # session ids, in order
+    _vectors: dict[str, Vectors] = field(default_factory=dict)
+    _keys: dict[str, str] = field(default_factory=dict)  # session id -> its lane
+    _task: asyncio.Task[None] | None = None
+    _passages: OrderedDict[bytes, npt.NDArray[np.float16]] = field(default_factory=OrderedDict)
+
+    @classmethod
+    def configured(
+        cls, settings: Settings, lanes: Lanes, sessions: Callable[[str], Session]
+    ) -> Embedder | None:
+        """The embedder ``settings`` ask for, or None (no ``embed_base_url``: words only)."""
+        if not settings.embed_base_url:
+            return None
+        url, model = settings.embed_base_url, settings.embed_model
+        return cls(
+            LLMClient(url, model, timeout=BATCH_SECONDS),
+            LLMClient(url, model, timeout=settings.embed_timeout),
+            LLMClient(url, model, timeout=settings.embed_timeout),
+            model,
+            settings.embed_query_prefix,
+            settings.embed_passage_prefix,
+            lanes,
+            sessions,
+        )
+
+    def describe(self) -> str:
+        """How recall and search rank with this embedder, for the guide."""
+        where = self.client.base_url + (f" (model {self.model})" if self.model else "")
+        return (
+            f"by words and meaning, embeddings from {where}; a header saying "
+            '"words only" means that endpoint did not answer in time'
+        )
+
+    def vectors(self, session: Session) -> Vectors:
+        """The vectors kept for ``session`` with this model."""
+        key = str(session.dir)
+        if key not in self._vectors:
+            self._vectors[key] = Vectors(session.dir, model_key(self.model, self.passage_prefix))
+        return self._vectors[key]
+
+    async def query(self, text: str) -> tuple[npt.NDArray[np.float32] | None, str]:
+        """The query's unit vector, or None and why (the endpoint failed or is cooling down)."""
+        try:
+            found = await self.query_client.embed([self.query_prefix + text])
+        except ContextWindowError as exc:
+            return None, str(exc)
+        return unit(found)[0], ""
+
+    def passages_from_thread(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """Unit vectors of passages, from a worker thread (``anyio.to_thread``). Those
+        embedded lately are remembered (a document's searches read the same chunks
+        again); the others are asked for at once, within the query's timeout, from a
+        client of their own, so a slow search never makes recall wait or cool down."""
+        keys = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts]
+        new = [i for i, k in enumerate(keys) if k not in self._passages]
+        if new:
+            asked = [self.passage_prefix + texts[i][:TEXT_CHARS] for i in new]
+            found = unit(anyio.from_thread.run(self.passage_client.embed, asked))
+            for i, v in zip(new, found, strict=True):
+                self._passages[keys[i]] = v.astype(np.float16)
+        for k in keys:
+            self._passages.move_to_end(k)
+        while len(self._passages) > PASSAGES_KEPT:
+            self._passages.popitem(last=False)
+        return np.array([self._passages[k] for k in keys], dtype=np.float32)
+
+    def wake(self, session_id: str, key: str) -> None:
+        """Embed what ``session_id`` lacks, soon, after the work already asked for."""
+        self._pending[session_id] = None
+        self._keys[session_id] = key
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._work())
+
+    async def _work(self) -> None:
+        while self._pending:  # a wake during a batch puts its session back: never lost
+            session_id = next(iter(self._pending))
+            del self._pending[session_id]
+            try:
+                more = await self._one_batch(session_id)
+            except (UpstreamError, Busy) as exc:  # try again after the endpoint's cooldown
+                log.info("embedding %s paused: %s", session_id, exc)
+                self._pending[session_id] = None
+                await asyncio.sleep(max(self.client.cooldown_remaining(), 1.0))
+                continue
+            except Exception as exc:  # a session gone; never take the server down for a cache
+                log.warning("embedding %s stopped: %s", session_id, exc)
+                more = False
+            if more:  # behind the others: each session gets its turn
+                self._pending[session_id] = None
+
+    async def _one_batch(self, session_id: str) -> bool:
+        """Embed up to BATCH entries the session lacks vectors for; True if more may lack."""
+
+        def todo() -> tuple[Vectors, list[tuple[int, str, str]]]:
+            session = self.sessions(session_id)
+            vectors = self.vectors(session)
+            return vectors, session.lacking(vectors.rows, BATCH)
+
+        vectors, batch = await self.lanes.run(self._keys[session_id], todo)
+        if not batch:
+            return False
+        texts = [self.passage_prefix + text[:TEXT_CHARS] for _, _, text in batch]
+        found = unit(await self.client.embed(texts))
+        items = [(pos, eid, v) for (pos, eid, _), v in zip(batch, found.tolist(), strict=True)]
+        await asyncio.to_thread(vectors.write, items)
+        return len(batch) == BATCH
+
+    async def settled(self) -> None:
+        """Wait until no session waits for vectors (or the endpoint keeps failing)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+    async def aclose(self) -> None:
+        """Stop embedding and close the clients."""
+        if self._task is not None:
+            self._task.cancel()
+        for client in (self.client, self.query_client, self.passage_client):
+            await client.aclose()

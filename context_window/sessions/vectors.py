@@ -1,0 +1,154 @@
+"""Entry vectors beside a session's journal: derived, append-only, memory-mapped.
+
+``<session>/vectors/<model key>.f16`` holds a 16-byte header (magic and dimension),
+then one fixed-size record per embedded entry: its position in the journal's entry
+order, its id (to tell a position that a purge moved), and the unit vector in
+float16 (768 bytes for 384 dimensions). A writer takes the file's lock, cuts a torn
+last record (a crash mid-write) and appends; a reader maps the whole records and
+keeps the last one per position whose id still matches. The file is a cache: losing
+it costs embedding again, never an entry. The model key names the model and the
+passage prefix, so vectors of another model are never mixed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from context_window.storage import lock_fd, unlock_fd
+
+MAGIC = b"ctxvec1\n"
+HEADER = 16  # MAGIC, uint32 dimension, 4 bytes spare
+ID_BYTES = 32
+F32 = npt.NDArray[np.float32]
+Rows = npt.NDArray[np.int64]
+
+
+def id_key(entry_id: str) -> bytes:
+    """What a record stores of an entry id: the id, or a digest of one too long to fit."""
+    raw = entry_id.encode()
+    return raw if len(raw) <= ID_BYTES else hashlib.sha256(raw).hexdigest()[:ID_BYTES].encode()
+
+
+def model_key(model: str, prefix: str) -> str:
+    """The file name's stem for vectors made by ``model`` with ``prefix``."""
+    return hashlib.sha256(f"{model}\0{prefix}".encode()).hexdigest()[:16]
+
+
+def record(dim: int) -> np.dtype[np.void]:
+    """One record of a vectors file whose vectors have ``dim`` values."""
+    return np.dtype([("pos", "<u4"), ("id", f"S{ID_BYTES}"), ("vec", "<f2", (dim,))])
+
+
+class Vectors:
+    """One session's vectors for one model: read by position, written in batches."""
+
+    def __init__(self, directory: Path, key: str) -> None:
+        self.path = directory / "vectors" / f"{key}.f16"
+        self.dim = 0
+        self._seen: tuple[int, int] | None = None  # (inode, size) mapped
+        self._data: npt.NDArray[np.void] | None = None
+        self._rows: Rows = np.zeros(0, dtype=np.int64)  # per position: its record, or -1
+        self._checked = 0  # records whose ids were matched against the order
+
+    def rows(self, order: Sequence[str]) -> Rows:
+        """Per position of ``order`` (entry ids), the record holding its vector, or -1."""
+        self._reload()
+        n = len(order)
+        if len(self._rows) < n:
+            self._rows = np.concatenate([self._rows, np.full(n - len(self._rows), -1)])
+        data = self._data
+        if data is not None and self._checked < len(data):
+            new = data[self._checked :]
+            pos = new["pos"].astype(np.int64)
+            inside = np.flatnonzero(pos < n)
+            wanted = np.array([id_key(order[p]) for p in pos[inside].tolist()], dtype=object)
+            same = inside[new["id"][inside].astype(object) == wanted]
+            # The last record of a position wins: the first of each in reverse order.
+            latest, at = np.unique(pos[same][::-1], return_index=True)
+            self._rows[latest] = (self._checked + same)[::-1][at]
+            self._checked = len(data)
+        return self._rows[:n]
+
+    def vectors(self, rows: Rows) -> F32:
+        """The vectors of ``rows`` (records from ``rows``), as float32."""
+        assert self._data is not None
+        return np.asarray(self._data["vec"][rows], dtype=np.float32)
+
+    def all_vectors(self) -> npt.NDArray[np.float16]:
+        """Every record's vector, memory-mapped (not read until used)."""
+        self._reload()
+        if self._data is None:
+            return np.zeros((0, self.dim), dtype=np.float16)
+        return self._data["vec"]
+
+    def _reload(self) -> None:
+        """Map the records written so far. A file replaced or started anew since (another
+        inode, fewer records, another dimension) is read from its first record."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if st is not None and self._seen == (st.st_ino, st.st_size):
+            return
+        head = b""
+        if st is not None:
+            with self.path.open("rb") as f:
+                head = f.read(HEADER)
+        dim = int.from_bytes(head[8:12], "little") if head.startswith(MAGIC) else 0
+        count = (st.st_size - HEADER) // record(dim).itemsize if st and dim else 0
+        moved = st is None or self._seen is None or self._seen[0] != st.st_ino
+        if moved or dim != self.dim or count < self._checked:
+            self._rows, self._checked = np.zeros(0, dtype=np.int64), 0
+        self._seen = (st.st_ino, st.st_size) if st else None
+        self.dim = dim
+        self._data = (
+            np.memmap(self.path, dtype=record(dim), mode="r", offset=HEADER, shape=(count,))
+            if count
+            else None
+        )
+
+    def write(self, items: Sequence[tuple[int, str, Sequence[float]]]) -> int:
+        """Append (position, id, unit vector) records; a file of another dimension is
+        started anew. Returns how many were written."""
+        if not items:
+            return 0
+        dim = len(items[0][2])
+        self.path.parent.mkdir(exist_ok=True)
+        for other in self.path.parent.glob("*.f16"):  # another model's: of no more use
+            if other != self.path:
+                other.unlink(missing_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            lock_fd(fd, f"the vectors of {self.path.parent.parent.name}")
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, HEADER, 0) if size >= HEADER else b""
+            if not head.startswith(MAGIC) or int.from_bytes(head[8:12], "little") != dim:
+                os.ftruncate(fd, 0)  # empty, torn, or another dimension: start anew
+                os.pwrite(fd, MAGIC + dim.to_bytes(4, "little") + bytes(4), 0)
+                size = HEADER
+            kind = record(dim)
+            end = HEADER + (size - HEADER) // kind.itemsize * kind.itemsize
+            records = np.zeros(len(items), dtype=kind)
+            records["pos"] = [it[0] for it in items]
+            records["id"] = [id_key(it[1]) for it in items]
+            records["vec"] = np.asarray([it[2] for it in items], dtype=np.float32)
+            os.ftruncate(fd, end)  # a torn last record goes; the rest stays aligned
+            os.pwrite(fd, records.tobytes(), end)
+        finally:
+            unlock_fd(fd)
+            os.close(fd)
+        return len(items)
+
+
+def unit(vectors: Sequence[Sequence[float]]) -> F32:
+    """Rows scaled to length 1 (a zero row stays zero)."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
+    out: F32 = np.divide(arr, norms, out=np.zeros_like(arr), where=norms > 0)
+    return out

@@ -1,0 +1,268 @@
+"""Recall by meaning and words, with a real MiniLM behind a local /v1/embeddings.
+
+The endpoint is a real HTTP server on 127.0.0.1 serving a real model (see
+``benchmarks.minilm``); a noise control (random vectors from the same server) shows
+the ranking comes from the model, not from the plumbing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SettingsFactory
+from mcp import Client
+
+from benchmarks.minilm import Endpoint, available, serve
+from context_window.server.app import build_server
+from context_window.service import Service
+from context_window.sessions.vectors import HEADER, record
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not available(), reason="no MiniLM test model (see .ci/run)"),
+]
+
+# Each question shares no searchable word with its answer; the fillers are other topics.
+PAIRS = [
+    ("Which automobile refused to turn over?", "The car would not start: its battery was flat."),
+    ("What did the physician prescribe?", "The doctor gave me antibiotics for ten days."),
+    ("Where do we keep the canine's food?", "Dog kibble sits in the garage cupboard."),
+    ("How much did the apartment cost?", "Rent for the flat is 900 euros a month."),
+    ("Which tongue does our neighbour study?", "Maria is learning Japanese at evening classes."),
+    ("What ailment kept our colleague home?", "Tom stayed in bed with the flu all week."),
+    ("When is the infant's vaccination?", "The baby gets her shots next Tuesday."),
+    ("What beverage did the guests prefer?", "Visitors mostly drank green tea."),
+    ("Which vessel sank near the coast?", "A fishing boat went down off the harbour."),
+    ("What instrument is my nephew practising?", "Leo plays the violin every morning."),
+]
+FILLERS = [
+    "Quarterly report draft is due on Friday.",
+    "Server logs rotate at midnight UTC.",
+    "The build pipeline caches wheels between runs.",
+    "Meeting notes: agreed to postpone the launch.",
+    "Remember to renew the TLS certificate.",
+    "Budget review moved to the third week.",
+]
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    with serve() as found:
+        yield found
+
+
+def embed_settings(settings: SettingsFactory, endpoint: Endpoint, **more: object) -> object:
+    return settings(embed_base_url=endpoint.base_url, embed_model="minilm", **more)
+
+
+async def fill(c: Client, service: Service) -> None:
+    await c.call_tool("context_open", {"session_id": "s"})
+    for text in [answer for _, answer in PAIRS] + FILLERS:
+        await c.call_tool("context_append", {"session_id": "s", "text": text})
+    assert service.embedder is not None
+    await service.embedder.settled()
+
+
+async def first_hits(c: Client) -> list[str]:
+    """The text of the first entry each question recalls ('' when none)."""
+    found = []
+    for question, _ in PAIRS:
+        result = await c.call_tool(
+            "context_recall", {"session_id": "s", "query": question, "budget_tokens": 200}
+        )
+        entries = (result.structured_content or {}).get("entries") or [{}]
+        found.append(str(entries[0].get("text", "")))
+    return found
+
+
+async def test_recall_finds_by_meaning_what_shares_no_word(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    service = Service(embed_settings(settings, endpoint))  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            await fill(c, service)
+            hits = await first_hits(c)
+            right = sum(hit == answer for hit, (_, answer) in zip(hits, PAIRS, strict=True))
+            assert right >= 8, hits
+            # The model, not the plumbing: random vectors from the same server do not.
+            endpoint.mode = "noise"
+            (Path(service.settings.data_dir) / "sessions" / "s" / "vectors").rename(
+                Path(service.settings.data_dir) / "old-vectors"
+            )
+            await c.call_tool("context_recall", {"session_id": "s", "query": "x y"})
+            await service.embedder.settled()  # type: ignore[union-attr]
+            noise = await first_hits(c)
+            lucky = sum(hit == answer for hit, (_, answer) in zip(noise, PAIRS, strict=True))
+            assert lucky <= 4, noise
+    finally:
+        await service.aclose()
+
+
+async def test_without_an_endpoint_nothing_matches_these_questions(
+    settings: SettingsFactory,
+) -> None:
+    service = Service(settings())
+    try:
+        async with Client(build_server(service)) as c:
+            await c.call_tool("context_open", {"session_id": "s"})
+            for _, answer in PAIRS:
+                await c.call_tool("context_append", {"session_id": "s", "text": answer})
+            assert await first_hits(c) == [""] * len(PAIRS)  # nothing shares a word
+    finally:
+        await service.aclose()
+
+
+async def test_a_slow_endpoint_never_holds_an_append_or_a_recall(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    endpoint.mode = "slow"  # 3 s per request; a query waits 0.5 s at most
+    service = Service(embed_settings(settings, endpoint, embed_timeout=0.5))  # type: ignore[arg-type]
+    vectors = Path(service.settings.data_dir) / "sessions" / "s" / "vectors"
+    try:
+        async with Client(build_server(service)) as c:
+            await c.call_tool("context_open", {"session_id": "s"})
+            for _, answer in PAIRS:
+                await c.call_tool("context_append", {"session_id": "s", "text": answer})
+            assert not vectors.exists()  # acknowledged before any vector came back
+            result = await c.call_tool(
+                "context_recall", {"session_id": "s", "query": "Maria Japanese classes"}
+            )
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert "words only" in text.splitlines()[0]
+            assert "Maria is learning Japanese" in text
+            assert service.embedder is not None
+            await service.embedder.settled()  # the vectors are filled in later
+            (path,) = vectors.glob("*.f16")
+            assert path.stat().st_size == HEADER + len(PAIRS) * record(384).itemsize
+    finally:
+        await service.aclose()
+
+
+async def test_a_down_endpoint_or_another_dimension_ranks_by_words(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    service = Service(embed_settings(settings, endpoint))  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            await fill(c, service)
+            endpoint.mode = "wrong-dimension"  # a model swapped under the same name
+            result = await c.call_tool(
+                "context_recall", {"session_id": "s", "query": "Which vessel sank?"}
+            )
+            assert "words only" in result.content[0].text.splitlines()[0]  # type: ignore[union-attr]
+            endpoint.mode = "down"
+            result = await c.call_tool(
+                "context_recall", {"session_id": "s", "query": "fishing boat harbour"}
+            )
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert not result.is_error and "words only" in text.splitlines()[0]
+            assert "A fishing boat went down" in text
+    finally:
+        await service.aclose()
+
+
+async def test_vectors_survive_a_restart_and_a_torn_record(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    made = embed_settings(settings, endpoint)
+    service = Service(made)  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            await fill(c, service)
+    finally:
+        await service.aclose()
+    (path,) = (Path(made.data_dir) / "sessions" / "s" / "vectors").glob("*.f16")  # type: ignore[attr-defined]
+    size = path.stat().st_size
+    records = len(PAIRS) + len(FILLERS)
+    assert (size - HEADER) % records == 0
+    with path.open("ab") as f:  # a crash in the middle of a record
+        f.write(b"\x01" * 100)
+    endpoint.inputs.clear()
+    service = Service(made)  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            hits = await first_hits(c)
+            assert sum(hit == answer for hit, (_, answer) in zip(hits, PAIRS, strict=True)) >= 8
+            await c.call_tool("context_append", {"session_id": "s", "text": "One more note."})
+            assert service.embedder is not None
+            await service.embedder.settled()
+    finally:
+        await service.aclose()
+    # Only the questions and the new entry were embedded: nothing was embedded again.
+    assert len(endpoint.inputs) == len(PAIRS) + 1
+    assert path.stat().st_size == size + (size - HEADER) // records  # the torn bytes went
+
+
+# doc_search: lines that share the query's one searchable word; one answers it.
+DOC_QUERIES = [
+    (
+        "Why did the server stop working?",
+        "server",
+        "The server crashed because its power supply overheated and failed.",
+    ),
+    (
+        "What illness did the manager have?",
+        "manager",
+        "The manager was off sick for a week with a bad case of influenza.",
+    ),
+    (
+        "What was the price of the contract?",
+        "contract",
+        "The contract was signed in March for a total of forty thousand euros.",
+    ),
+]
+DOC_FILLERS = [
+    "The {w} was mentioned twice in the minutes of the meeting on Tuesday afternoon.",
+    "A framed photograph of the {w} hangs in the hallway next to the coat rack.",
+    "Someone in the design team wrote a short poem about the {w} for the newsletter.",
+    "The {w} also appears on page four of last year's glossy printed brochure.",
+    "Visitors on the guided tour often stop to ask questions about the {w}.",
+]
+
+
+def doc_text() -> str:
+    lines = []
+    for _, word, answer in DOC_QUERIES:
+        lines += [f.format(w=word) for f in DOC_FILLERS] + [answer]
+    return "\n".join(lines) + "\n"
+
+
+async def best_lines(c: Client, doc_id: str) -> list[str]:
+    """The text doc_search shows at a budget that fits one line, per question."""
+    shown = []
+    for question, _, _ in DOC_QUERIES:
+        result = await c.call_tool(
+            "doc_search",
+            {"query": question, "doc_id": doc_id, "budget_tokens": 64, "limit": 1},
+        )
+        shown.append(result.content[0].text)  # type: ignore[union-attr]
+    return shown
+
+
+async def test_doc_search_ranks_the_lines_it_reads_by_meaning(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    for embed in (False, True):
+        made = embed_settings(settings, endpoint) if embed else settings()
+        service = Service(made)  # type: ignore[arg-type]
+        try:
+            async with Client(build_server(service)) as c:
+                await c.call_tool("doc_ingest", {"text": doc_text(), "doc_id": f"d{embed:d}"})
+                shown = await best_lines(c, f"d{embed:d}")
+        finally:
+            await service.aclose()
+        right = [answer in text for text, (_, _, answer) in zip(shown, DOC_QUERIES, strict=True)]
+        # By meaning, each answer is among the one to three lines that fit; by words,
+        # which share one word with every line, not all of them are.
+        assert all(right) if embed else not all(right), shown
+    endpoint.mode = "down"
+    service = Service(embed_settings(settings, endpoint))  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            shown = await best_lines(c, "d1")
+    finally:
+        await service.aclose()
+    assert all("words only" in text.splitlines()[0] for text in shown), shown
