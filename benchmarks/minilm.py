@@ -86,7 +86,7 @@ class Endpoint:
     """A running test endpoint: its base URL, what it was asked, and how it behaves."""
 
     base_url: str
-    mode: str = "model"  # model | noise | down | slow | wrong-dimension
+    mode: str = "model"  # model | noise | down | slow | slow-batches | wrong-dimension
     inputs: list[str] = field(default_factory=list)
     seen_models: list[str] = field(default_factory=list)
 
@@ -104,7 +104,7 @@ def _handler(endpoint: Endpoint) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") != "/v1/embeddings" or endpoint.mode == "down":
                 self._send(503, {"error": {"message": "model not loaded"}})
                 return
-            if endpoint.mode == "slow":
+            if endpoint.mode == "slow" or (endpoint.mode == "slow-batches" and len(texts) > 1):
                 time.sleep(3)
             if endpoint.mode == "noise":
                 rng = np.random.default_rng(len(endpoint.inputs))

@@ -82,6 +82,11 @@ class LLMClient:
         return self._base
 
     @property
+    def timeout(self) -> float:
+        """The longest one request may take, in seconds."""
+        return self._timeout
+
+    @property
     def model(self) -> str:
         """The configured model id; empty means whatever the server has loaded."""
         return self._model

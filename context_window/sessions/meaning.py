@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ log = logging.getLogger("context_window")
 BATCH = 32  # entries per embeddings request
 TEXT_CHARS = 2000  # of an entry's text embedded: past a small model's window anyway
 SCAN_ROWS = 65_536  # vectors compared with a query at once
-PASSAGES_KEPT = 16_384  # passage vectors remembered across searches (about 12 MB)
+PASSAGES_KEPT = 16_384  # passage vectors remembered across searches (12 MB at 384 floats)
 BATCH_SECONDS = 60.0  # the longest wait for one batch's vectors (a query waits less)
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -113,7 +114,6 @@ class Embedder:
 
     client: LLMClient
     query_client: LLMClient
-    passage_client: LLMClient
     model: str
     query_prefix: str
     passage_prefix: str
@@ -124,6 +124,9 @@ class Embedder:
     _keys: dict[str, str] = field(default_factory=dict)  # session id -> its lane
     _task: asyncio.Task[None] | None = None
     _passages: OrderedDict[bytes, npt.NDArray[np.float16]] = field(default_factory=OrderedDict)
+    _filling: dict[bytes, str] = field(default_factory=dict)  # passages being embedded
+    _later: set[asyncio.Task[None]] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the passage vectors
 
     @classmethod
     def configured(
@@ -135,7 +138,6 @@ class Embedder:
         url, model = settings.embed_base_url, settings.embed_model
         return cls(
             LLMClient(url, model, timeout=BATCH_SECONDS),
-            LLMClient(url, model, timeout=settings.embed_timeout),
             LLMClient(url, model, timeout=settings.embed_timeout),
             model,
             settings.embed_query_prefix,
@@ -168,22 +170,55 @@ class Embedder:
         return unit(found)[0], ""
 
     def passages_from_thread(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        """Unit vectors of passages, from a worker thread (``anyio.to_thread``). Those
-        embedded lately are remembered (a document's searches read the same chunks
-        again); the others are asked for at once, within the query's timeout, from a
-        client of their own, so a slow search never makes recall wait or cool down."""
+        """Unit vectors of passages, from a worker thread (``anyio.to_thread``), or
+        UpstreamError when they are not all there within the query's timeout. Those not
+        remembered yet are asked for in the background, where they go on past the
+        timeout: the next search of the same chunks finds them (a document's searches
+        read the same chunks again and again)."""
         keys = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts]
-        new = [i for i, k in enumerate(keys) if k not in self._passages]
-        if new:
-            asked = [self.passage_prefix + texts[i][:TEXT_CHARS] for i in new]
-            found = unit(anyio.from_thread.run(self.passage_client.embed, asked))
-            for i, v in zip(new, found, strict=True):
-                self._passages[keys[i]] = v.astype(np.float16)
-        for k in keys:
-            self._passages.move_to_end(k)
-        while len(self._passages) > PASSAGES_KEPT:
-            self._passages.popitem(last=False)
-        return np.array([self._passages[k] for k in keys], dtype=np.float32)
+        with self._lock:
+            new = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._passages}
+        if new and not anyio.from_thread.run(self._fill_passages, new):
+            raise UpstreamError(
+                f"passage vectors not ready within {self.query_client.timeout:g} s; "
+                "they are being made for the next search"
+            )
+        with self._lock:
+            for k in keys:
+                self._passages.move_to_end(k)
+            found = np.array([self._passages[k] for k in keys], dtype=np.float32)
+            while len(self._passages) > PASSAGES_KEPT:
+                self._passages.popitem(last=False)
+        return found
+
+    async def _fill_passages(self, wanted: dict[bytes, str]) -> bool:
+        """Embed ``wanted`` (key: text) in a task of its own; whether it finished within
+        the query's timeout. Texts another search is waiting for are not asked twice."""
+        asked = {k: t for k, t in wanted.items() if k not in self._filling}
+        if asked:
+            self._filling.update(asked)
+            task = asyncio.get_running_loop().create_task(self._fill(asked))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+        deadline = asyncio.get_running_loop().time() + self.query_client.timeout
+        while any(k in self._filling for k in wanted):
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        with self._lock:
+            return all(k in self._passages for k in wanted)
+
+    async def _fill(self, asked: dict[bytes, str]) -> None:
+        try:
+            texts = [self.passage_prefix + t[:TEXT_CHARS] for t in asked.values()]
+            found = unit(await self.client.embed(texts)).astype(np.float16)
+            with self._lock:
+                self._passages.update(zip(asked, found, strict=True))
+        except ContextWindowError as exc:
+            log.info("passage vectors not made: %s", exc)
+        finally:
+            for k in asked:
+                self._filling.pop(k, None)
 
     def wake(self, session_id: str, key: str) -> None:
         """Embed what ``session_id`` lacks, soon, after the work already asked for."""
@@ -227,13 +262,15 @@ class Embedder:
         return len(batch) == BATCH
 
     async def settled(self) -> None:
-        """Wait until no session waits for vectors (or the endpoint keeps failing)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait([self._task])
+        """Wait until no session or passage waits for vectors (for tests and benchmarks;
+        while the endpoint keeps failing, this waits)."""
+        while (self._task is not None and not self._task.done()) or self._later:
+            await asyncio.wait([t for t in [self._task, *self._later] if t is not None])
 
     async def aclose(self) -> None:
         """Stop embedding and close the clients."""
-        if self._task is not None:
-            self._task.cancel()
-        for client in (self.client, self.query_client, self.passage_client):
+        for task in [self._task, *self._later]:
+            if task is not None:
+                task.cancel()
+        for client in (self.client, self.query_client):
             await client.aclose()

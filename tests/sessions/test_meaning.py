@@ -266,3 +266,25 @@ async def test_doc_search_ranks_the_lines_it_reads_by_meaning(
     finally:
         await service.aclose()
     assert all("words only" in text.splitlines()[0] for text in shown), shown
+
+
+async def test_passages_too_slow_for_one_search_are_ready_for_the_next(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    endpoint.mode = "slow-batches"  # a query is embedded at once, 64 passages take 3 s
+    service = Service(embed_settings(settings, endpoint, embed_timeout=0.5))  # type: ignore[arg-type]
+    try:
+        async with Client(build_server(service)) as c:
+            await c.call_tool("doc_ingest", {"text": doc_text(), "doc_id": "d"})
+            first = await best_lines(c, "d")
+            assert all("words only" in text.splitlines()[0] for text in first), first
+            assert service.embedder is not None
+            await service.embedder.settled()  # the passages were embedded all the same
+            asked = len(endpoint.inputs)
+            again = await best_lines(c, "d")
+            assert not any("words only" in text.splitlines()[0] for text in again), again
+            assert len(endpoint.inputs) == asked + len(DOC_QUERIES)  # only the queries
+            right = [a in t for t, (_, _, a) in zip(again, DOC_QUERIES, strict=True)]
+            assert all(right), again
+    finally:
+        await service.aclose()
