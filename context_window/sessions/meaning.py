@@ -37,7 +37,6 @@ log = logging.getLogger("context_window")
 
 BATCH = 32  # entries per embeddings request
 TEXT_CHARS = 2000  # of an entry's text embedded: past a small model's window anyway
-SCAN_ROWS = 65_536  # vectors compared with a query at once
 PASSAGES_KEPT = 16_384  # passage vectors remembered across searches (12 MB at 384 floats)
 BATCH_SECONDS = 60.0  # the longest wait for one batch's vectors (a query waits less)
 F64 = npt.NDArray[np.float64]
@@ -91,9 +90,7 @@ def blend(
     if not have.size or vec.dim != len(query):
         return None
     cos = np.full(len(order), np.nan)
-    for at in range(0, len(have), SCAN_ROWS):
-        part = have[at : at + SCAN_ROWS]
-        cos[part] = vec.vectors(rows[part]) @ query
+    cos[have] = vec.cosines(query)[rows[have]]
     near, _ = best_first(have, np.nan_to_num(cos, nan=-2.0), times, depth)
     words, _ = best_first(np.flatnonzero(lexical & allowed), scores, times, depth)
     chosen = np.union1d(near[:depth], words[:depth])

@@ -25,6 +25,7 @@ from context_window.storage import lock_fd, unlock_fd
 MAGIC = b"ctxvec1\n"
 HEADER = 16  # MAGIC, uint32 dimension, 4 bytes spare
 ID_BYTES = 32
+SCAN_BLOCK = 8192  # records compared with a query at once (12 MB as float32 at 384)
 F32 = npt.NDArray[np.float32]
 Rows = npt.NDArray[np.int64]
 
@@ -75,17 +76,18 @@ class Vectors:
             self._checked = len(data)
         return self._rows[:n]
 
-    def vectors(self, rows: Rows) -> F32:
-        """The vectors of ``rows`` (records from ``rows``), as float32."""
-        assert self._data is not None
-        return np.asarray(self._data["vec"][rows], dtype=np.float32)
-
-    def all_vectors(self) -> npt.NDArray[np.float16]:
-        """Every record's vector, memory-mapped (not read until used)."""
-        self._reload()
-        if self._data is None:
-            return np.zeros((0, self.dim), dtype=np.float16)
-        return self._data["vec"]
+    def cosines(self, query: F32) -> F32:
+        """Each record's vector times ``query``, as mapped at the last ``rows``: read in
+        blocks in file order (about twice as fast as gathering by position, and a
+        block's float32 copy is all the memory it takes)."""
+        data = self._data
+        if data is None:
+            return np.zeros(0, dtype=np.float32)
+        parts = [
+            data["vec"][at : at + SCAN_BLOCK].astype(np.float32) @ query
+            for at in range(0, len(data), SCAN_BLOCK)
+        ]
+        return np.concatenate(parts).astype(np.float32)
 
     def _reload(self) -> None:
         """Map the records written so far. A file replaced or started anew since (another
