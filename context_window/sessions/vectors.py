@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from context_window.storage import lock_fd, unlock_fd
+from context_window.storage import atomic_file, lock_fd, unlock_fd
 
 MAGIC = b"ctxvec1\n"
 HEADER = 16  # MAGIC, uint32 dimension, 4 bytes spare
@@ -116,8 +116,8 @@ class Vectors:
         )
 
     def write(self, items: Sequence[tuple[int, str, Sequence[float]]]) -> int:
-        """Append (position, id, unit vector) records; a file of another dimension is
-        started anew. Returns how many were written."""
+        """Append (position, id, unit vector) records; a file of another dimension (or
+        not a vectors file) is replaced by a new one. Returns how many were written."""
         if not items:
             return 0
         dim = len(items[0][2])
@@ -125,27 +125,36 @@ class Vectors:
         for other in self.path.parent.glob("*.f16"):  # another model's: of no more use
             if other != self.path:
                 other.unlink(missing_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        kind = record(dim)
+        records = np.zeros(len(items), dtype=kind)
+        records["pos"] = [it[0] for it in items]
+        records["id"] = [id_key(it[1]) for it in items]
+        records["vec"] = np.asarray([it[2] for it in items], dtype=np.float32)
+        header = MAGIC + dim.to_bytes(4, "little") + bytes(4)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
         try:
             lock_fd(fd, f"the vectors of {self.path.parent.parent.name}")
             size = os.fstat(fd).st_size
-            head = os.pread(fd, HEADER, 0) if size >= HEADER else b""
-            if not head.startswith(MAGIC) or int.from_bytes(head[8:12], "little") != dim:
-                os.ftruncate(fd, 0)  # empty, torn, or another dimension: start anew
-                os.pwrite(fd, MAGIC + dim.to_bytes(4, "little") + bytes(4), 0)
-                size = HEADER
-            kind = record(dim)
-            end = HEADER + (size - HEADER) // kind.itemsize * kind.itemsize
-            records = np.zeros(len(items), dtype=kind)
-            records["pos"] = [it[0] for it in items]
-            records["id"] = [id_key(it[1]) for it in items]
-            records["vec"] = np.asarray([it[2] for it in items], dtype=np.float32)
-            os.ftruncate(fd, end)  # a torn last record goes; the rest stays aligned
-            os.pwrite(fd, records.tobytes(), end)
+            if size and os.read(fd, HEADER) != header:
+                # Another dimension: a new file, renamed over this one, so that a reader
+                # still mapping the old one never finds its pages cut away (SIGBUS).
+                with atomic_file(self.path) as f:
+                    f.write(header + records.tobytes())
+                return len(items)
+            end = HEADER + max(0, size - HEADER) // kind.itemsize * kind.itemsize
+            os.ftruncate(fd, end)  # a torn last record goes (no reader counts it)
+            os.lseek(fd, 0 if end == HEADER else end, os.SEEK_SET)
+            _write_all(fd, (header if end == HEADER else b"") + records.tobytes())
         finally:
             unlock_fd(fd)
             os.close(fd)
         return len(items)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def unit(vectors: Sequence[Sequence[float]]) -> F32:
