@@ -63,6 +63,10 @@ def test_a_sigkill_mid_write_leaves_a_file_the_next_write_mends(tmp_path: Path) 
     assert child.stdout is not None and child.stdout.readline() == b"go\n"
     path = tmp_path / "vectors" / "k.f16"
     size = record(384).itemsize
+    deadline = time.monotonic() + 60
+    while not path.exists() or path.stat().st_size < HEADER + 4096 * size:
+        assert child.poll() is None and time.monotonic() < deadline  # one batch first
+        time.sleep(0.002)
     for _ in range(200):  # kill it while a record is half written, if that can be seen
         time.sleep(0.002)
         if path.exists() and (path.stat().st_size - HEADER) % size:
@@ -70,7 +74,7 @@ def test_a_sigkill_mid_write_leaves_a_file_the_next_write_mends(tmp_path: Path) 
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     rows = Vectors(tmp_path, "k").rows(ORDER)  # whatever was cut, it reads
-    assert (rows[:9] >= 0).all()  # the ten positions of ORDER but the long-named one
+    assert (rows[:9] >= 0).all()  # the child wrote ORDER's ids but the long one's
     Vectors(tmp_path, "k").write([(3, ORDER[3], vec(3, dim=384))])
     assert (path.stat().st_size - HEADER) % size == 0  # the torn record went
     after = Vectors(tmp_path, "k")
