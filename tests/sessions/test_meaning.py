@@ -7,12 +7,15 @@ the ranking comes from the model, not from the plumbing.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from conftest import SettingsFactory
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from benchmarks.minilm import Endpoint, available, serve
 from context_window.server.app import build_server
@@ -288,3 +291,28 @@ async def test_passages_too_slow_for_one_search_are_ready_for_the_next(
             assert all(right), again
     finally:
         await service.aclose()
+
+
+async def test_over_stdio_the_flags_reach_a_real_server_process(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    data = tmp_path / "data"
+    args = ["-m", "context_window", "--no-llm", "--data-dir", str(data)]
+    args += ["--embed-base-url", endpoint.base_url, "--embed-model", "minilm"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=tmp_path)
+    vectors = data / "sessions" / "s" / "vectors"
+    async with Client(params) as c:
+        guide = await c.call_tool("context_guide", {})
+        assert "by words and meaning" in guide.content[0].text  # type: ignore[union-attr]
+        await c.call_tool("context_open", {"session_id": "s"})
+        for _, answer in PAIRS:
+            await c.call_tool("context_append", {"session_id": "s", "text": answer})
+        deadline = time.monotonic() + 60  # the server embeds them in the background
+        while sum(f.stat().st_size for f in vectors.glob("*.f16")) < HEADER + len(PAIRS) * (
+            record(384).itemsize
+        ):
+            assert time.monotonic() < deadline, "the entries were never embedded"
+            await anyio.sleep(0.05)
+        hits = await first_hits(c)
+        assert sum(hit == answer for hit, (_, answer) in zip(hits, PAIRS, strict=True)) >= 8
+    assert set(endpoint.seen_models) == {"minilm"}
