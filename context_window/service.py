@@ -379,18 +379,14 @@ class Service:
     ) -> Recalled:
         """The entries relevant to ``query`` (or the latest), packed with ``layout``'s room."""
         budget = budget_tokens or self.settings.budget
-        embedder, query_vector = self.embedder, None
-        if embedder is not None and query and query.strip():
-            query_vector, why = await embedder.query(query)
-            if query_vector is None:
-                log.info("recall in %s by words only: %s", session_id, why)
-        asked = embedder is not None and bool(query and query.strip())
-        extra = self.counter.count(WORDS_ONLY) if asked else 0  # the header may say so
+        embedder = self.embedder if query and query.strip() else None  # meaning asked for
+        query_vector = None if embedder is None else await embedder.query(str(query))
+        extra = 0 if embedder is None else self.counter.count(WORDS_ONLY)  # the header may say so
 
         def work() -> Recalled:
             session = self.sessions.get(session_id)
             meaning = None
-            if embedder is not None and asked:
+            if embedder is not None:
                 meaning = Meaning(query_vector, embedder.vectors(session), RANKED_FIRST)
 
             def reserve(candidates: int, searchable: bool) -> int:  # what the header takes
@@ -510,9 +506,7 @@ class Service:
         store, counter, embedder = self.documents, self.counter, self.embedder
         meaning = None
         if embedder is not None and query.strip():
-            vector, why = await embedder.query(query)
-            if vector is None:
-                log.info("search by words only: %s", why)
+            vector = await embedder.query(query)
             meaning = PassageMeaning(vector, embedder.passages_from_thread)
 
         def work() -> Searched:

@@ -4,9 +4,8 @@ The best ``DEPTH`` passages of the chunks ranked together (by their smoothed BM2
 embedded and ranked by ``retrieval.meaning.interpolate`` of that score and their
 cosine to the query; they stay ahead of the rest, which keep their order. (Letting a
 passage without a query word in as well changed nothing on the dev meetings: 0.780
-either way.) An outside
-study measured +0.061 on held-out meetings for exactly this, and nothing significant
-for whole-chunk vectors, so chunks are never embedded at ingest.
+either way.) An outside study measured +0.061 on held-out meetings for exactly this,
+and nothing significant for whole-chunk vectors, so chunks are never embedded at ingest.
 """
 
 from __future__ import annotations

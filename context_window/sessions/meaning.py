@@ -116,9 +116,8 @@ class Embedder:
     passage_prefix: str
     lanes: Lanes
     sessions: Callable[[str], Session]
-    _pending: dict[str, None] = field(default_factory=dict)  # session ids, in order
+    _pending: dict[str, str] = field(default_factory=dict)  # session id -> lane, in order
     _vectors: dict[str, Vectors] = field(default_factory=dict)
-    _keys: dict[str, str] = field(default_factory=dict)  # session id -> its lane
     _task: asyncio.Task[None] | None = None
     _passages: OrderedDict[bytes, npt.NDArray[np.float16]] = field(default_factory=OrderedDict)
     _filling: dict[bytes, str] = field(default_factory=dict)  # passages being embedded
@@ -158,13 +157,20 @@ class Embedder:
             self._vectors[key] = Vectors(session.dir, model_key(self.model, self.passage_prefix))
         return self._vectors[key]
 
-    async def query(self, text: str) -> tuple[npt.NDArray[np.float32] | None, str]:
-        """The query's unit vector, or None and why (the endpoint failed or is cooling down)."""
+    async def query(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The query's unit vector, or None (the endpoint failed or is cooling down: the
+        answer ranks by words, and the reason is logged)."""
         try:
             found = await self.query_client.embed([self.query_prefix + text])
         except ContextWindowError as exc:
-            return None, str(exc)
-        return unit(found)[0], ""
+            log.info("ranking by words only: %s", exc)
+            return None
+        vector: npt.NDArray[np.float32] = unit(found)[0]
+        return vector
+
+    def _passages_asked(self, texts: Sequence[str]) -> list[str]:
+        """Entries or passages as they are sent: prefixed, cut at ``TEXT_CHARS``."""
+        return [self.passage_prefix + t[:TEXT_CHARS] for t in texts]
 
     def passages_from_thread(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Unit vectors of passages, from a worker thread (``anyio.to_thread``), or
@@ -207,7 +213,7 @@ class Embedder:
 
     async def _fill(self, asked: dict[bytes, str]) -> None:
         try:
-            texts = [self.passage_prefix + t[:TEXT_CHARS] for t in asked.values()]
+            texts = self._passages_asked(list(asked.values()))
             found = unit(await self.client.embed(texts)).astype(np.float16)
             with self._lock:
                 self._passages.update(zip(asked, found, strict=True))
@@ -219,29 +225,28 @@ class Embedder:
 
     def wake(self, session_id: str, key: str) -> None:
         """Embed what ``session_id`` lacks, soon, after the work already asked for."""
-        self._pending[session_id] = None
-        self._keys[session_id] = key
+        self._pending[session_id] = key
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._work())
 
     async def _work(self) -> None:
         while self._pending:  # a wake during a batch puts its session back: never lost
-            session_id = next(iter(self._pending))
+            session_id, key = next(iter(self._pending.items()))
             del self._pending[session_id]
             try:
-                more = await self._one_batch(session_id)
+                more = await self._one_batch(session_id, key)
             except (UpstreamError, Busy) as exc:  # try again after the endpoint's cooldown
                 log.info("embedding %s paused: %s", session_id, exc)
-                self._pending[session_id] = None
+                self._pending.setdefault(session_id, key)
                 await asyncio.sleep(max(self.client.cooldown_remaining(), 1.0))
                 continue
             except Exception as exc:  # a session gone; never take the server down for a cache
                 log.warning("embedding %s stopped: %s", session_id, exc)
                 more = False
             if more:  # behind the others: each session gets its turn
-                self._pending[session_id] = None
+                self._pending.setdefault(session_id, key)
 
-    async def _one_batch(self, session_id: str) -> bool:
+    async def _one_batch(self, session_id: str, key: str) -> bool:
         """Embed up to BATCH entries the session lacks vectors for; True if more may lack."""
 
         def todo() -> tuple[Vectors, list[tuple[int, str, str]]]:
@@ -249,11 +254,10 @@ class Embedder:
             vectors = self.vectors(session)
             return vectors, session.lacking(vectors.rows, BATCH)
 
-        vectors, batch = await self.lanes.run(self._keys[session_id], todo)
+        vectors, batch = await self.lanes.run(key, todo)
         if not batch:
             return False
-        texts = [self.passage_prefix + text[:TEXT_CHARS] for _, _, text in batch]
-        found = unit(await self.client.embed(texts))
+        found = unit(await self.client.embed(self._passages_asked([t for _, _, t in batch])))
         items = [(pos, eid, v) for (pos, eid, _), v in zip(batch, found.tolist(), strict=True)]
         await asyncio.to_thread(vectors.write, items)
         return len(batch) == BATCH

@@ -122,9 +122,6 @@ class Vectors:
             return 0
         dim = len(items[0][2])
         self.path.parent.mkdir(exist_ok=True)
-        for other in self.path.parent.glob("*.f16"):  # another model's: of no more use
-            if other != self.path:
-                other.unlink(missing_ok=True)
         kind = record(dim)
         records = np.zeros(len(items), dtype=kind)
         records["pos"] = [it[0] for it in items]
@@ -135,6 +132,8 @@ class Vectors:
         try:
             lock_fd(fd, f"the vectors of {self.path.parent.parent.name}")
             size = os.fstat(fd).st_size
+            if size < HEADER:  # a new file: another model's is of no more use
+                self._remove_others()
             if size and os.read(fd, HEADER) != header:
                 # Another dimension: a new file, renamed over this one, so that a reader
                 # still mapping the old one never finds its pages cut away (SIGBUS).
@@ -149,6 +148,12 @@ class Vectors:
             unlock_fd(fd)
             os.close(fd)
         return len(items)
+
+    def _remove_others(self) -> None:
+        """Delete the vectors of other models (or prefixes) in this session."""
+        for other in self.path.parent.glob("*.f16"):
+            if other != self.path:
+                other.unlink(missing_ok=True)
 
 
 def _write_all(fd: int, data: bytes) -> None:
