@@ -145,6 +145,7 @@ TARGETS: tuple[Target, ...] = (
     Target("engines.rebuild_over_ours", ">=", 20.0, "x", _full_corpus),
     Target("documents.ingest_mb_s", ">=", 40.0, "MB/s", _full_corpus),
     Target("server.start_to_tools_list_s", "<=", 1.0, "s", _always),
+    Target("server.over_one_tool_server", "<=", 1.1, "x", _always),
     Target("documents.peak_rss_mb", "<=", 400.0, "MB", _full_corpus),
     Target("documents.peak_rss_with_chunker_mb", "<=", 400.0, "MB", _full_corpus),
     Target("documents.disk_over_source", "<=", 1.5, "x", _always),

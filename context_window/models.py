@@ -12,6 +12,8 @@ SummaryMethod = Literal["llm", "extractive", "verbatim"]
 
 
 REF = re.compile(r"([a-z])([0-9]{1,15})")  # an entry's short name: letter, number
+LIST_LIMIT = 20  # sessions context_list_sessions shows unless asked for more
+MAX_LIST_LIMIT = 200
 
 
 @dataclass(frozen=True)

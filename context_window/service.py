@@ -41,6 +41,8 @@ from context_window.llm.calibration import Calibrator
 from context_window.llm.client import LLMClient
 from context_window.llm.summaries import Summarizer
 from context_window.models import (
+    LIST_LIMIT,
+    MAX_LIST_LIMIT,
     Entry,
     Recall,
     RecallLayout,
@@ -61,12 +63,9 @@ log = logging.getLogger("context_window")
 
 MAX_TARGET_TOKENS = 20_000
 RECENT = 5  # latest unpinned entries context_open shows
-LIST_LIMIT = 20  # sessions context_list_sessions shows unless asked for more
-MAX_LIST_LIMIT = 200
 OUTLINE_SUMMARIES = 20  # chunks summarized per outline unless max_chunks says otherwise
 WAIT_SECONDS = 10.0  # how long a call waits for another call on the same session or store
 FIRST_INGEST_WAIT = 30.0  # how long a read waits for a document's first ingest to finish
-SAVE_SECONDS = 0.6  # of a clean stop's second, the time snapshots may take (save_on_stop)
 DOCUMENTS = "the document store"  # the lock key of document reads (see Service.run)
 T = TypeVar("T")
 

@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-import filelock
-
 from context_window.errors import Busy, InvalidInput, StorageError
 
 log = logging.getLogger("context_window.storage")
@@ -204,6 +202,8 @@ def lock_fd(fd: int, what: str, wait: float = LOCK_WAIT_SECONDS) -> None:
     ours: a process stopped (Ctrl-Z, SIGSTOP, a debugger) while it holds the lock must
     not hang its peers for good, so they poll and give up with an error to retry.
     """
+    import filelock  # loaded by the first lock, not at start
+
     deadline = time.monotonic() + wait
     pause = 0.001
     while not filelock.lock_descriptor(fd, blocking=False):
@@ -216,7 +216,11 @@ def lock_fd(fd: int, what: str, wait: float = LOCK_WAIT_SECONDS) -> None:
         pause = min(pause * 2, 0.05)
 
 
-unlock_fd = filelock.unlock_descriptor
+def unlock_fd(fd: int) -> None:
+    """Release the lock ``lock_fd`` took."""
+    import filelock
+
+    filelock.unlock_descriptor(fd)
 
 
 def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
@@ -368,6 +372,17 @@ def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[
                     p.with_name(p.name + _OWNER).unlink()
                 removed.append(p.name)
     return removed
+
+
+CHOOSE_ANOTHER = "--data-dir or CTX_DATA_DIR chooses another"
+
+
+def unwritable_line(data_dir: Path, reason: str) -> str:
+    """The one line about a data dir that cannot be written: path, reason, remedy."""
+    return (
+        f"the data dir {data_dir} is not writable ({reason}): reads work, every write will "
+        f"fail ({CHOOSE_ANOTHER})"
+    )
 
 
 def write_access(directory: Path) -> str | None:

@@ -26,7 +26,15 @@ from context_window.documents.tables import INDEX_ARRAYS, Tables
 from context_window.errors import StorageError
 from context_window.journal import REWRITE, Journal, parse_line
 from context_window.sessions.records import entry_problem, patch_problem, time_problems
-from context_window.storage import is_valid_id, read_json, replaced_name, work_is_live, write_access
+from context_window.storage import (
+    CHOOSE_ANOTHER,
+    is_valid_id,
+    read_json,
+    replaced_name,
+    unwritable_line,
+    work_is_live,
+    write_access,
+)
 from context_window.wording import plural
 
 
@@ -79,17 +87,6 @@ class Report:
         return "\n".join(lines)
 
 
-CHOOSE_ANOTHER = "--data-dir or CTX_DATA_DIR chooses another"
-
-
-def unwritable(data_dir: Path, reason: str) -> str:
-    """The one line about a data dir that cannot be written: path, reason, remedy."""
-    return (
-        f"the data dir {data_dir} is not writable ({reason}): reads work, every write will "
-        f"fail ({CHOOSE_ANOTHER})"
-    )
-
-
 def audit(data_dir: Path) -> Report:
     """Audit ``data_dir`` read-only and return what was found."""
     report = Report(data_dir)
@@ -104,7 +101,7 @@ def audit(data_dir: Path) -> Report:
         return report
     reason = write_access(data_dir)
     if reason is not None:  # a read-only mount may be meant
-        report.notes.append(unwritable(data_dir, reason))
+        report.notes.append(unwritable_line(data_dir, reason))
     _audit_calibration(report, data_dir / "calibration.json")
     _leftover_temps(report, data_dir)
     sessions = data_dir / "sessions"

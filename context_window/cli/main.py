@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
         sys.stderr.write(f"context-window: error: {exc}\n")
         return 2
     except OSError as exc:
-        from context_window.cli.doctor import CHOOSE_ANOTHER
+        from context_window.storage import CHOOSE_ANOTHER
 
         sys.stderr.write(
             f"context-window: error: cannot create data dir {settings.data_dir}: "
@@ -402,14 +402,13 @@ async def _calibrate_async(settings: Settings) -> int:
 def _serve(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | None) -> int:
     if server is None:
         raise ConfigError("this entry point cannot serve: run context-window (context_window.main)")
-    from context_window.cli.doctor import unwritable
-    from context_window.storage import write_access
+    from context_window.storage import unwritable_line, write_access
 
     setup_logging()
     log.info("%s", startup_line(settings))
     reason = write_access(settings.data_dir)
     if reason is not None:
-        log.warning("%s", unwritable(settings.data_dir, reason))
+        log.warning("%s", unwritable_line(settings.data_dir, reason))
     for root in missing_roots(settings):
         log.warning(
             "ingest root %s does not exist on this machine: files cannot be ingested from it "

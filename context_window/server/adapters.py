@@ -55,9 +55,10 @@ P = ParamSpec("P")
 
 
 def guarded(
-    name: str, audit: bool
+    name: str, audit: bool, ready: Callable[[], Awaitable[object]] | None = None
 ) -> Callable[[Callable[P, Awaitable[CallToolResult]]], Callable[P, Awaitable[CallToolResult]]]:
-    """Wrap a tool: map core errors to ToolError, log unexpected ones, write the audit line."""
+    """Wrap a tool: await ``ready`` (the engine's first build), map core errors to
+    ToolError, log unexpected ones, write the audit line."""
 
     def decorate(
         fn: Callable[P, Awaitable[CallToolResult]],
@@ -67,6 +68,8 @@ def guarded(
             started = time.perf_counter()
             outcome = "ok"
             try:
+                if ready is not None:
+                    await ready()
                 return await fn(*args, **kwargs)
             except ContextWindowError as exc:
                 outcome = type(exc).__name__
@@ -153,3 +156,39 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
     if isinstance(wanted, str) and kind.endswith(("_type", "_parsing")):
         return f"must be {_TYPES.get(wanted, wanted)}"
     return "is invalid: " + str(err["msg"]).split("\n", 1)[0]
+
+
+# The keys of each tool's structured content, published as its outputSchema (every key
+# is always there; "cut": true is added when an answer was fitted to its budget). Names
+# only, no types: every schema token is paid in every request. A test checks real
+# results against these, key for key.
+_DOC = "id title source sha256 chars chunks tokens cursor created_at summary_cached"
+OUTPUT_KEYS = {
+    "context_guide": "data_dir budget ingest_roots token_counts token_ratio summarizer tools",
+    "context_open": "session_id title created live total tokens budget pinned",
+    "context_append": "entry_id ref tokens session_tokens budget advice",
+    "context_recall": "session_id entries candidates searchable used_tokens budget omitted "
+    "beyond_limit",
+    "context_compact": "session_id dry_run folded folded_tokens compaction_id summary_id "
+    "summary_tokens method reason tokens_freed kept_facts facts_not_kept left",
+    "context_uncompact": "session_id compaction_id restored session_tokens budget",
+    "context_status": "total live superseded deleted pinned expired live_tokens skipped_lines "
+    "orphan_patches repairs session_id budget token_counts token_ratio summarizer advice",
+    "context_update": "id ref seq created_at role text tokens tags pinned deleted superseded "
+    "replaced_by replaces expires_at expired",
+    "context_list_sessions": "sessions total matched offset",
+    "doc_ingest": f"{_DOC} doc_id duplicate_of reused replaced seconds next",
+    "doc_outline": f"{_DOC} outline",
+    "doc_search": "query searchable hits omitted",
+    "doc_window": "doc_id session_id chunks cursor total_chunks at_end truncated used_tokens "
+    "budget",
+    "doc_summarize": "doc_id from to whole text method reason tokens note cached",
+    "doc_list": "documents",
+    "doc_forget": "doc_id forgotten",
+}
+
+
+def output_schema(tool: str) -> dict[str, Any] | None:
+    """The outputSchema of ``tool``: an object with its structured content's keys."""
+    keys = OUTPUT_KEYS.get(tool)
+    return {"type": "object", "required": keys.split()} if keys else None

@@ -13,13 +13,11 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -29,13 +27,15 @@ from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
-from context_window.server import views
-from context_window.server.adapters import READ_ONLY, argument_errors, guarded
+from context_window.server.adapters import READ_ONLY, argument_errors, guarded, output_schema
 from context_window.server.document_tools import register_document_tools
+from context_window.server.engine import SAVE_SECONDS, Engine
 from context_window.server.session_tools import register_session_tools
 from context_window.server.stdio import serve_stdio
-from context_window.service import SAVE_SECONDS, Service
-from context_window.tokens import estimate
+from context_window.version import __version__
+
+if TYPE_CHECKING:
+    from context_window.service import Service
 
 log = logging.getLogger("context_window")
 
@@ -79,6 +79,8 @@ class SlimServer(MCPServer):
     """An MCPServer whose tools/list carries slimmed input schemas, and whose argument
     errors read as one line per problem."""
 
+    engine: Engine | None = None  # asked to warm up once the tools are listed
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
@@ -113,13 +115,15 @@ class SlimServer(MCPServer):
 
     async def list_tools(self) -> list[Tool]:
         """The registered tools, with :func:`slim_schema` applied to each input schema and
-        each tool's output schema (``views.output_schema``)."""
+        each tool's output schema (``adapters.output_schema``)."""
         tools = await super().list_tools()
+        if self.engine is not None:
+            self.engine.want()
         return [
             t.model_copy(
                 update={
                     "input_schema": slim_schema(t.input_schema),
-                    "output_schema": views.output_schema(t.name),
+                    "output_schema": output_schema(t.name),
                 }
             )
             for t in tools
@@ -131,29 +135,31 @@ TOOL_SETS = ("all", "sessions", "docs")
 
 def wire_tokens(tool: Tool, ratio: float) -> int:
     """Estimated tokens of one tool as tools/list sends it (name, description, schemas)."""
+    from context_window.tokens import estimate
+
     wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
     return estimate(json.dumps(wire, separators=(",", ":")), ratio)
 
 
 def serve(settings: Settings) -> None:
-    """Build the service and its MCP server, and serve on the configured transport until
-    stopped (stdio: until the client closes the pipe)."""
-    service = Service(settings)
-    app = build_server(service)
+    """Build the MCP server, and serve on the configured transport until stopped (stdio:
+    until the client closes the pipe); the first tool call builds the Service."""
+    engine = Engine(settings)
+    app = build_server(engine)
     if settings.transport == "http":
         from context_window.server.http import serve_http
 
-        serve_http(app, service)  # uvicorn stops on SIGTERM and SIGINT itself
+        serve_http(app, engine)  # uvicorn stops on SIGTERM and SIGINT itself
     else:
-        stop_on_signals(service)
+        stop_on_signals(engine)
         app.run("stdio")
-        service.save_on_stop(time.monotonic() + SAVE_SECONDS)  # the client closed stdin
+        engine.save_on_stop(time.monotonic() + SAVE_SECONDS)  # the client closed stdin
 
 
 STOP_SECONDS = 1.5  # how long a stop waits for calls at work to finish
 
 
-def stop_on_signals(service: Service) -> None:
+def stop_on_signals(engine: Engine) -> None:
     """On SIGTERM or SIGINT, let the calls at work finish (up to ``STOP_SECONDS``), then
     exit 0 at once.
 
@@ -168,9 +174,10 @@ def stop_on_signals(service: Service) -> None:
         began = time.monotonic()
 
         def drain() -> None:
-            finished = service.wait_idle(STOP_SECONDS)
+            service = engine.built
+            finished = service is None or service.wait_idle(STOP_SECONDS)
             if finished:
-                service.save_on_stop(began + SAVE_SECONDS)
+                engine.save_on_stop(began + SAVE_SECONDS)
             log.info(
                 "stopping on %s%s",
                 signal.Signals(signum).name,
@@ -193,18 +200,12 @@ async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
 async def tool_set_costs(settings: Settings) -> dict[str, dict[str, int]]:
     """Per ``--tools`` set, each tool's estimated tokens, from servers built to measure.
 
-    The servers are built on an empty temporary data dir with the LLM off, so
-    measuring never touches the user's data (a Service recovers crash leftovers as it
-    starts) and never opens a network client.
+    Listing tools builds no Service, so measuring never touches the user's data.
     """
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for tools in TOOL_SETS:
-            offline = settings.with_changes(
-                data_dir=Path(tmp) / "data", llm_enabled=False, tools=tools
-            )
-            app = build_server(Service(offline))
-            out[tools] = await tool_costs(app, offline.token_ratio)
+    for tools in TOOL_SETS:
+        app = build_server(Engine(settings.with_changes(tools=tools)))
+        out[tools] = await tool_costs(app, settings.token_ratio)
     return out
 
 
@@ -250,37 +251,42 @@ Token counts: {service.counter.describe()}. Summaries: {service.summarizer.descr
 Ranking: {service.ranking()}."""
 
 
-def build_server(service: Service) -> MCPServer:
-    """A server exposing every tool of ``service``; tests build as many as they like."""
+def build_server(service: Service | Engine) -> MCPServer:
+    """A server exposing every tool of ``service`` (an Engine builds its Service on first
+    use); tests build as many as they like."""
+    engine = service if isinstance(service, Engine) else Engine(service.settings, service)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(service.calibrate_in_background)
+            tg.start_soon(engine.warm_in_background)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
 
-    tools = service.settings.tools
-    app: MCPServer = SlimServer(
+    tools = engine.settings.tools
+    app = SlimServer(
         name="context-window",
-        version=service.version,
+        version=__version__,
         instructions=instructions(tools),
         lifespan=lifespan,
     )
+    app.engine = engine
     if tools in ("all", "sessions"):
-        register_session_tools(app, service)
+        register_session_tools(app, engine)
     if tools in ("all", "docs"):
-        register_document_tools(app, service)
+        register_document_tools(app, engine)
 
     @app.tool(
         title="Guide",
         annotations=READ_ONLY,
         description="How to use these tools. Read once at the start.",
     )
-    @guarded("context_guide", service.settings.audit)
+    @guarded("context_guide", engine.settings.audit, engine.ready)
     async def context_guide() -> CallToolResult:
-        return views.guided(guide_text(service), service)
+        from context_window.server import views
+
+        return views.guided(guide_text(engine.service), engine.service)
 
     return app

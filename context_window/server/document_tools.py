@@ -11,10 +11,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from context_window.server import views
 from context_window.server.adapters import DESTROYS, READ_ONLY, REPLACES, WRITES, guarded
-from context_window.server.document_text import OUTLINE, SEARCH, WINDOW
-from context_window.service import Service
+from context_window.server.engine import Engine
 
 P = ParamSpec("P")
 
@@ -39,10 +37,9 @@ def from_keyword(
     return wrapper
 
 
-def register_document_tools(app: MCPServer, service: Service) -> None:
+def register_document_tools(app: MCPServer, engine: Engine) -> None:
     """Register the doc_* tools on ``app``."""
-    audit = service.settings.audit
-    count = service.counter.count
+    audit, ready = engine.settings.audit, engine.ready
 
     @app.tool(
         title="Ingest document",
@@ -50,7 +47,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         description="Ingest a large text, or a file under an ingest root, once to search and "
         "page. Give text or file_path.",
     )
-    @guarded("doc_ingest", audit)
+    @guarded("doc_ingest", audit, ready)
     async def doc_ingest(
         ctx: Context,
         text: str | None = None,
@@ -60,8 +57,10 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         title: str | None = None,
         doc_id: Annotated[str | None, Field(description="Id to create or replace")] = None,
     ) -> CallToolResult:
+        from context_window.server import views
+
         return views.ingested(
-            await service.ingest(ctx.report_progress, text, file_path, title, doc_id)
+            await engine.service.ingest(ctx.report_progress, text, file_path, title, doc_id)
         )
 
     @app.tool(
@@ -70,13 +69,19 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         description="Headings and tokens per chunk; summarize=true adds a cached "
         "one-line summary of each.",
     )
-    @guarded("doc_outline", audit)
+    @guarded("doc_outline", audit, ready)
     async def doc_outline(
         doc_id: DocId,
         summarize: bool = False,
         max_chunks: Annotated[int | None, Field(ge=1, le=100_000)] = None,
     ) -> CallToolResult:
-        return views.outlined(await service.outline(doc_id, summarize, max_chunks, OUTLINE), count)
+        from context_window.server import views
+        from context_window.server.document_text import OUTLINE
+
+        return views.outlined(
+            await engine.service.outline(doc_id, summarize, max_chunks, OUTLINE),
+            engine.service.counter.count,
+        )
 
     @app.tool(
         title="Search documents",
@@ -84,15 +89,19 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         description="The lines best matching a query, numbered, best first, within a budget. "
         "Omit doc_id to search all documents.",
     )
-    @guarded("doc_search", audit)
+    @guarded("doc_search", audit, ready)
     async def doc_search(
         query: str,
         doc_id: str | None = None,
         limit: Annotated[int, Field(ge=1, le=100, description="Most chunks to show")] = 10,
         budget_tokens: Budget = None,
     ) -> CallToolResult:
+        from context_window.server import views
+        from context_window.server.document_text import SEARCH
+
         return views.searched(
-            await service.search(query, doc_id, limit, budget_tokens, SEARCH), count
+            await engine.service.search(query, doc_id, limit, budget_tokens, SEARCH),
+            engine.service.counter.count,
         )
 
     @app.tool(
@@ -101,7 +110,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         description="Read a document in order within a budget. Without from, goes on from the "
         "cursor, which advances.",
     )
-    @guarded("doc_window", audit)
+    @guarded("doc_window", audit, ready)
     @from_keyword
     async def doc_window(
         doc_id: DocId,
@@ -116,10 +125,13 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
             int | None, Field(ge=1, description="A source line (from doc_search)")
         ] = None,
     ) -> CallToolResult:
-        paged = await service.window(
+        from context_window.server import views
+        from context_window.server.document_text import WINDOW
+
+        paged = await engine.service.window(
             doc_id, WINDOW, from_, to, budget_tokens, reset, session_id, line
         )
-        return views.paged(paged, count)
+        return views.paged(paged, engine.service.counter.count)
 
     @app.tool(
         title="Summarize document",
@@ -127,7 +139,7 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         description="Summarize chunks from-to or the whole document (cached; refresh=true "
         "recomputes).",
     )
-    @guarded("doc_summarize", audit)
+    @guarded("doc_summarize", audit, ready)
     @from_keyword
     async def doc_summarize(
         doc_id: DocId,
@@ -136,22 +148,32 @@ def register_document_tools(app: MCPServer, service: Service) -> None:
         target_tokens: Annotated[int, Field(ge=16, le=20_000)] = 500,
         refresh: bool = False,
     ) -> CallToolResult:
-        return views.summarized(await service.summarize(doc_id, from_, to, target_tokens, refresh))
+        from context_window.server import views
+
+        return views.summarized(
+            await engine.service.summarize(doc_id, from_, to, target_tokens, refresh)
+        )
 
     @app.tool(
         title="List documents",
         annotations=READ_ONLY,
         description="List ingested documents, newest first.",
     )
-    @guarded("doc_list", audit)
+    @guarded("doc_list", audit, ready)
     async def doc_list() -> CallToolResult:
-        return views.docs_listed(await service.list_documents(), await service.damaged_documents())
+        from context_window.server import views
+
+        return views.docs_listed(
+            await engine.service.list_documents(), await engine.service.damaged_documents()
+        )
 
     @app.tool(
         title="Forget document",
         annotations=DESTROYS,
         description="Delete a document with its chunks, index and summaries.",
     )
-    @guarded("doc_forget", audit)
+    @guarded("doc_forget", audit, ready)
     async def doc_forget(doc_id: DocId) -> CallToolResult:
-        return views.forgotten(await service.forget(doc_id))
+        from context_window.server import views
+
+        return views.forgotten(await engine.service.forget(doc_id))

@@ -26,7 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_window.config import Settings
-from context_window.service import SAVE_SECONDS, Service
+from context_window.server.engine import SAVE_SECONDS, Engine
+from context_window.version import __version__
 
 log = logging.getLogger("context_window.server.http")
 
@@ -313,12 +314,12 @@ def _client_of(scope: Scope) -> str:
     return str(peer[0]) if peer else "unknown"
 
 
-def build_http_app(app: MCPServer, service: Service) -> ASGIApp:
+def build_http_app(app: MCPServer, engine: Engine) -> ASGIApp:
     """The ASGI app: SDK Streamable HTTP at /mcp, GET /health, and the token check if configured."""
-    settings = service.settings
+    settings = engine.settings
 
     async def health(_: Request) -> Response:
-        return JSONResponse({"name": app.name, "version": service.version, "status": "ok"})
+        return JSONResponse({"name": app.name, "version": __version__, "status": "ok"})
 
     app.custom_route(HEALTH_PATH, methods=["GET"], include_in_schema=False)(health)
     starlette_app = app.streamable_http_app(
@@ -350,9 +351,9 @@ def uvicorn_config(asgi: ASGIApp, settings: Settings) -> uvicorn.Config:
     )
 
 
-def serve_http(app: MCPServer, service: Service) -> None:
+def serve_http(app: MCPServer, engine: Engine) -> None:
     """Serve ``app`` over Streamable HTTP until interrupted; the lifespan runs inside."""
-    settings = service.settings
+    settings = engine.settings
     warning = bind_warning(settings)
     if warning:
         log.warning("%s", warning)
@@ -364,7 +365,7 @@ def serve_http(app: MCPServer, service: Service) -> None:
         )
         if not is_loopback(settings.host):
             log.info("Host/Origin allow-lists are off for this public bind; the token guards it")
-    server = uvicorn.Server(uvicorn_config(build_http_app(app, service), settings))
+    server = uvicorn.Server(uvicorn_config(build_http_app(app, engine), settings))
 
     async def run() -> None:
         try:
@@ -372,7 +373,8 @@ def serve_http(app: MCPServer, service: Service) -> None:
         finally:
             stopped = time.monotonic()
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(service.save_on_stop, stopped + SAVE_SECONDS)
-                await service.aclose()
+                await anyio.to_thread.run_sync(engine.save_on_stop, stopped + SAVE_SECONDS)
+                if engine.built is not None:
+                    await engine.built.aclose()
 
     anyio.run(run)

@@ -9,38 +9,38 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from context_window.server import views
+from context_window.models import LIST_LIMIT, MAX_LIST_LIMIT
 from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded
-from context_window.server.session_text import RECALL
-from context_window.service import LIST_LIMIT, MAX_LIST_LIMIT, Service
+from context_window.server.engine import Engine
 
 TTL = "Expire after N days unless pinned"
 SessionId = Annotated[str, Field(description="From context_open")]
 
 
-def register_session_tools(app: MCPServer, service: Service) -> None:
+def register_session_tools(app: MCPServer, engine: Engine) -> None:
     """Register the context_* tools on ``app``."""
-    audit = service.settings.audit
-    count = service.counter.count
+    audit, ready = engine.settings.audit, engine.ready
 
     @app.tool(
         title="Open session",
         annotations=WRITES,
         description="Create or resume a working-memory session. Call first; keep the id.",
     )
-    @guarded("context_open", audit)
+    @guarded("context_open", audit, ready)
     async def context_open(
         session_id: Annotated[str | None, Field(description="Id to resume/create")] = None,
         title: str | None = None,
     ) -> CallToolResult:
-        return views.opened(await service.open_session(session_id, title))
+        from context_window.server import views
+
+        return views.opened(await engine.service.open_session(session_id, title))
 
     @app.tool(
         title="Append entry",
         annotations=WRITES,
         description="Save a note, decision or dead end. Pin what must never be lost.",
     )
-    @guarded("context_append", audit)
+    @guarded("context_append", audit, ready)
     async def context_append(
         session_id: SessionId,
         text: str,
@@ -49,8 +49,10 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         pinned: bool = False,
         ttl_days: Annotated[float | None, Field(gt=0, le=36_500, description=TTL)] = None,
     ) -> CallToolResult:
+        from context_window.server import views
+
         return views.appended(
-            await service.append(session_id, text, role, tags, pinned, ttl_days=ttl_days)
+            await engine.service.append(session_id, text, role, tags, pinned, ttl_days=ttl_days)
         )
 
     @app.tool(
@@ -58,7 +60,7 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         annotations=READ_ONLY,
         description="The entries relevant to a query (or the latest), within a budget.",
     )
-    @guarded("context_recall", audit)
+    @guarded("context_recall", audit, ready)
     async def context_recall(
         session_id: SessionId,
         query: str | None = None,
@@ -67,25 +69,30 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         tags: list[str] | None = None,
         include_superseded: bool = False,
     ) -> CallToolResult:
-        recalled = await service.recall(
+        from context_window.server import views
+        from context_window.server.session_text import RECALL
+
+        recalled = await engine.service.recall(
             session_id, query, budget_tokens, RECALL, limit, tags, include_superseded
         )
-        return views.recalled(recalled, count)
+        return views.recalled(recalled, engine.service.counter.count)
 
     @app.tool(
         title="Compact session",
         annotations=WRITES,
         description="Fold older unpinned entries into one summary when over budget.",
     )
-    @guarded("context_compact", audit)
+    @guarded("context_compact", audit, ready)
     async def context_compact(
         session_id: SessionId,
         keep_recent: Annotated[int, Field(ge=0, le=10_000)] = 10,
         target_tokens: Annotated[int, Field(ge=16, le=20_000)] = 400,
         dry_run: bool = False,
     ) -> CallToolResult:
+        from context_window.server import views
+
         return views.compacted(
-            await service.compact(session_id, keep_recent, target_tokens, dry_run)
+            await engine.service.compact(session_id, keep_recent, target_tokens, dry_run)
         )
 
     @app.tool(
@@ -93,12 +100,14 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         annotations=WRITES,
         description="Undo a compaction: its originals become live again.",
     )
-    @guarded("context_uncompact", audit)
+    @guarded("context_uncompact", audit, ready)
     async def context_uncompact(
         session_id: SessionId,
         compaction_id: Annotated[str, Field(description="Summary id from context_compact")],
     ) -> CallToolResult:
-        changed = await service.uncompact(session_id, compaction_id)
+        from context_window.server import views
+
+        changed = await engine.service.uncompact(session_id, compaction_id)
         return views.uncompacted(changed, compaction_id)
 
     @app.tool(
@@ -106,14 +115,16 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         annotations=READ_ONLY,
         description="Session size, budget, token counting and advice.",
     )
-    @guarded("context_status", audit)
+    @guarded("context_status", audit, ready)
     async def context_status(session_id: SessionId) -> CallToolResult:
+        from context_window.server import views
+
         return views.status(
-            await service.status(session_id),
-            service.counter.source,
-            service.counter.ratio,
-            service.counter.describe(),
-            service.summarizer.describe(),
+            await engine.service.status(session_id),
+            engine.service.counter.source,
+            engine.service.counter.ratio,
+            engine.service.counter.describe(),
+            engine.service.summarizer.describe(),
         )
 
     @app.tool(
@@ -121,25 +132,29 @@ def register_session_tools(app: MCPServer, service: Service) -> None:
         annotations=DESTROYS,
         description="Pin/unpin an entry, or delete it (delete=false restores it).",
     )
-    @guarded("context_update", audit)
+    @guarded("context_update", audit, ready)
     async def context_update(
         session_id: SessionId,
         entry_id: str,
         pinned: bool | None = None,
         delete: bool | None = None,
     ) -> CallToolResult:
-        return views.updated(await service.update(session_id, entry_id, pinned, delete))
+        from context_window.server import views
+
+        return views.updated(await engine.service.update(session_id, entry_id, pinned, delete))
 
     @app.tool(
         title="List sessions",
         annotations=READ_ONLY,
         description="List sessions, newest first.",
     )
-    @guarded("context_list_sessions", audit)
+    @guarded("context_list_sessions", audit, ready)
     async def context_list_sessions(
         filter: Annotated[str | None, Field(description="Id or title part")] = None,
         limit: Annotated[int | None, Field(ge=1, le=MAX_LIST_LIMIT)] = None,
         offset: Annotated[int | None, Field(ge=0)] = None,
     ) -> CallToolResult:
-        page = await service.list_sessions(filter, offset or 0, limit or LIST_LIMIT)
-        return views.sessions_listed(page, service.settings.budget, service.counter)
+        from context_window.server import views
+
+        page = await engine.service.list_sessions(filter, offset or 0, limit or LIST_LIMIT)
+        return views.sessions_listed(page, engine.service.settings.budget, engine.service.counter)

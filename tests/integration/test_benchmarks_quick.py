@@ -106,6 +106,7 @@ TARGETED = {
     "engines.rebuild_over_ours",
     "documents.ingest_mb_s",
     "server.start_to_tools_list_s",
+    "server.over_one_tool_server",
     "documents.peak_rss_mb",
     "documents.peak_rss_with_chunker_mb",
     "documents.disk_over_source",
