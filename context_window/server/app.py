@@ -79,8 +79,6 @@ class SlimServer(MCPServer):
     """An MCPServer whose tools/list carries slimmed input schemas, and whose argument
     errors read as one line per problem."""
 
-    engine: Engine | None = None  # asked to warm up once the tools are listed
-
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
@@ -117,8 +115,6 @@ class SlimServer(MCPServer):
         """The registered tools, with :func:`slim_schema` applied to each input schema and
         each tool's output schema (``adapters.output_schema``)."""
         tools = await super().list_tools()
-        if self.engine is not None:
-            self.engine.want()
         return [
             t.model_copy(
                 update={
@@ -143,7 +139,7 @@ def wire_tokens(tool: Tool, ratio: float) -> int:
 
 def serve(settings: Settings) -> None:
     """Build the MCP server, and serve on the configured transport until stopped (stdio:
-    until the client closes the pipe); the first tool call builds the Service."""
+    until the client closes the pipe); the Service is built beside the handshake."""
     engine = Engine(settings)
     app = build_server(engine)
     if settings.transport == "http":
@@ -266,13 +262,12 @@ def build_server(service: Service | Engine) -> MCPServer:
                 tg.cancel_scope.cancel()
 
     tools = engine.settings.tools
-    app = SlimServer(
+    app: MCPServer = SlimServer(
         name="context-window",
         version=__version__,
         instructions=instructions(tools),
         lifespan=lifespan,
     )
-    app.engine = engine
     if tools in ("all", "sessions"):
         register_session_tools(app, engine)
     if tools in ("all", "docs"):
