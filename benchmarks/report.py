@@ -69,6 +69,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "scale.compact_ms",
     "scale.restart_replay_s",
     "scale.restart_snapshot_s",
+    "scale.restart_killed_s",
     "scale.restart_replay_rss_mb",
     "scale.restart_snapshot_rss_mb",
     "scale.docs_search_warm_ms",
@@ -212,6 +213,7 @@ def flatten(d: dict[str, Any]) -> dict[str, float]:
         "scale.compact_ms": sc["compact"]["compact_ms"],
         "scale.restart_replay_s": sc["restart"]["replay"]["open_s"],
         "scale.restart_snapshot_s": sc["restart"]["snapshot"]["open_s"],
+        "scale.restart_killed_s": sc["restart"]["killed"]["open_s"],
         "scale.restart_replay_rss_mb": sc["restart"]["replay"]["rss_mb"],
         "scale.restart_snapshot_rss_mb": sc["restart"]["snapshot"]["rss_mb"],
         "scale.docs_search_warm_ms": sc["docs"]["warm_ms"],
@@ -335,6 +337,8 @@ def _labels(d: dict[str, Any]) -> dict[str, str]:
         "scale.restart_replay_s": f"first call after a restart, {sc['restart']['entries']:,} "
         "entries, no snapshot (replay, then save one)",
         "scale.restart_snapshot_s": "... the next restart (read from the snapshot)",
+        "scale.restart_killed_s": "... after the longest tail a SIGKILL leaves "
+        f"({sc['restart']['killed_tail']:,} records past the snapshot)",
         "scale.restart_replay_rss_mb": "... memory with it open, after the replay",
         "scale.restart_snapshot_rss_mb": "... memory with it open, from the snapshot",
         "scale.docs_search_warm_ms": f"doc_search over {sc['docs']['documents']} small "

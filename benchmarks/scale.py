@@ -29,6 +29,7 @@ from benchmarks.sessions import worst_query, write_session
 from context_window.cli.main import tune_process
 from context_window.config import Settings
 from context_window.service import RECENT, Service
+from context_window.sessions.session import SNAPSHOT_AFTER, SNAPSHOT_MIN, TAIL_SHARE
 from context_window.storage import write_json_atomic
 from context_window.tokens import estimate
 
@@ -202,13 +203,27 @@ def open_once(data_dir: Path, session_id: str) -> dict[str, Any]:
     return out
 
 
+def worst_tail(entries: int) -> int:
+    """The most records a SIGKILL can leave past the last snapshot: one fewer than make
+    a snapshot due (``Session._apply``)."""
+    return min(max(SNAPSHOT_MIN, entries // TAIL_SHARE), SNAPSHOT_AFTER) - 1
+
+
 def bench_restart(data_dir: Path, entries: int) -> dict[str, Any]:
     """Open a session of ``entries`` entries in fresh processes: first with no snapshot
-    (a full replay, which saves one), then again (read from the snapshot)."""
+    (a full replay, which saves one), then again (read from the snapshot), then with the
+    longest tail a killed server can leave past that snapshot (whole lines, as its
+    appends wrote them: ``worst_tail``)."""
     sid = f"restart-{entries}"
-    write_session(data_dir, sid, session_texts(entries, seed=entries + 5))
-    out: dict[str, Any] = {"entries": entries}
-    for label in ("replay", "snapshot"):
+    tail = worst_tail(entries)
+    texts = session_texts(entries + tail, seed=entries + 5)
+    journal = write_session(data_dir, sid, texts[:entries])
+    out: dict[str, Any] = {"entries": entries, "killed_tail": tail}
+    for label in ("replay", "snapshot", "killed"):
+        if label == "killed":
+            appended = write_session(data_dir / "tail", sid, texts[entries:], first_seq=entries + 1)
+            with journal.open("ab") as f:
+                f.write(appended.read_bytes())
         cmd = [sys.executable, "-m", "benchmarks.scale", "open", str(data_dir), sid]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
         if proc.returncode != 0:

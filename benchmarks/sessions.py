@@ -68,8 +68,9 @@ def _settings(data_dir: Path) -> Settings:
     return Settings(data_dir=data_dir, llm_enabled=False, audit=False)
 
 
-def write_session(data_dir: Path, session_id: str, texts: list[str]) -> Path:
-    """Write a session straight to disk in the documented format (meta.json + entries.jsonl)."""
+def write_session(data_dir: Path, session_id: str, texts: list[str], first_seq: int = 1) -> Path:
+    """Write a session straight to disk in the documented format (meta.json + entries.jsonl),
+    its entries numbered from ``first_seq``."""
     directory = data_dir / "sessions" / session_id
     directory.mkdir(parents=True, exist_ok=True)
     counter = TokenCounter(0.27)
@@ -77,7 +78,7 @@ def write_session(data_dir: Path, session_id: str, texts: list[str]) -> Path:
     roles = ("note", "user", "assistant", "decision")
     rng = random.Random(5)
     with (directory / "entries.jsonl").open("w", encoding="utf-8") as f:
-        for seq, text in enumerate(texts, 1):
+        for seq, text in enumerate(texts, first_seq):
             record = {
                 "kind": "entry",
                 "id": f"e{seq:07d}",

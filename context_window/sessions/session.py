@@ -67,7 +67,7 @@ MAX_TTL_DAYS = 36_500
 PACK_OVERSHOOT = 16  # entries a recall may measure in vain beyond those it shows (pack)
 RANKED_FIRST = 512  # matches put in order before packing; all of them if it needs more
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
-REPLAY_OVER_SAVE = 20  # or sooner (see _apply): a save costs 1/20 of a replay per entry
+TAIL_SHARE = 40  # or sooner (see _apply): a replay costs 40x a load per entry
 SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 80 ms)
 # A compaction folds at most this many tokens of originals (the oldest first): one call
 # stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
@@ -159,11 +159,11 @@ class Session:
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
         """Apply ``records``, counting them toward the next snapshot (read or written here
-        alike): one is due once replaying them would take a start longer than a save
-        takes now (1/20 per entry), and after ``snapshot_after`` at most."""
+        alike): one is due once replaying them would take a start longer than loading the
+        snapshot does (1/40 of them per entry), and after ``snapshot_after`` at most."""
         self._state.apply(records)
         self._unsaved += len(records)
-        tail = max(SNAPSHOT_MIN, len(self._state.order) // REPLAY_OVER_SAVE)
+        tail = max(SNAPSHOT_MIN, len(self._state.order) // TAIL_SHARE)
         if self.snapshot_after is not None and self._unsaved >= min(tail, self.snapshot_after):
             self.snapshot_due = True
 
@@ -197,8 +197,8 @@ class Session:
             self.snapshot_due = False
             log.warning("no snapshot for session %r: %s", self.id, exc)
 
-    def _entry(self, eid: str, now: float | None = None) -> Entry:
-        return self._state.entry(eid, self.clock() if now is None else now)
+    def _entry(self, key: str | int, now: float | None = None) -> Entry:
+        return self._state.entry(key, self.clock() if now is None else now)
 
     def entries(
         self, *, include_superseded: bool = False, include_hidden: bool = False
@@ -216,7 +216,7 @@ class Session:
         else:
             shown = m.live | (include_superseded & m.superseded & ~m.deleted & ~m.expired)
         ordered = self._time_ordered(shown).tolist()
-        return [self._entry(self._state.order[i], now) for i in ordered]
+        return [self._entry(i, now) for i in ordered]
 
     def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
         """The live pinned entries, and the ``latest`` live unpinned ones, each in time
@@ -230,8 +230,8 @@ class Session:
         pins = self._time_ordered_at(pinned[state.masks(now, pinned).live]).tolist()
         latest_ones = self._latest(latest, now).tolist()
         return (
-            [self._entry(state.order[i], now) for i in pins],
-            [self._entry(state.order[i], now) for i in latest_ones],
+            [self._entry(i, now) for i in pins],
+            [self._entry(i, now) for i in latest_ones],
         )
 
     def _time_ordered_at(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
@@ -350,7 +350,7 @@ class Session:
         costs = np.frombuffer(self._state.costs, dtype=np.int64)[foldable]
         take = int(np.searchsorted(np.cumsum(costs), max_tokens, side="right"))
         take = max(take, min(2, len(foldable)))
-        batch = [self._entry(self._state.order[i], now) for i in foldable[:take].tolist()]
+        batch = [self._entry(i, now) for i in foldable[:take].tolist()]
         return CompactionPlan(
             tuple(batch),
             min(keep_recent, len(unpinned)),
@@ -528,7 +528,7 @@ class Session:
         built: dict[int, tuple[Entry, str]] = {}  # not ranked.tolist(): few are measured
 
         def measure(k: int) -> int:
-            entry = self._entry(self._state.order[int(ranked[k])], now)
+            entry = self._entry(int(ranked[k]), now)
             text = label(entry, dated) if label is not None else ""
             built[k] = (entry, text)
             return int(costs[k]) + (self.counter.count(text) if text else 0)

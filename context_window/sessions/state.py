@@ -161,7 +161,7 @@ class Records:
         self._held: dict[str, Record] = {}
 
     def __len__(self) -> int:
-        return len(self._state.pos)
+        return len(self._state.order)
 
     def __contains__(self, eid: object) -> bool:
         return eid in self._state.pos  # every entry has a position, held or not
@@ -182,6 +182,11 @@ class Records:
             return rec
         i = self._state.pos.get(eid)
         return default if i is None or i >= self._base else self._built(i)
+
+    def at(self, i: int) -> Record:
+        """The record at position ``i`` (no id lookup)."""
+        held = self._held.get(self._state.order[i])
+        return held if held is not None else self._built(i)
 
     def items(self) -> Iterator[tuple[str, Record]]:
         """(id, record) of every entry, in position order."""
@@ -246,8 +251,8 @@ class SessionState:
         self.index = MemoryIndex()
         self.records = Records(self)
         self.order: list[str] = []  # entry ids by position in the index
+        self._pos: dict[str, int] | None = {}  # entry id -> position (see ``pos``)
         # Per position, mirrored from the records so recall works on arrays, not dicts.
-        self.pos: dict[str, int] = {}
         self.seqs = array("d")
         # seq_high[i]: the latest time position among positions 0..i, so the latest
         # entries are found from the end without looking at every position.
@@ -285,14 +290,12 @@ class SessionState:
         counts: tuple[int, int, int],
     ) -> SessionState:
         """A state as saved in a snapshot: its entries' columns, per-position arrays and
-        index; ``counts`` are (max_seq, orphans, skipped). ValueError if ids repeat."""
+        index; ``counts`` are (max_seq, orphans, skipped)."""
         state = cls(counter, analyzer)
         n = len(ids)
         state.index = index
         state.order = ids
-        state.pos = dict(zip(ids, range(n), strict=True))
-        if len(state.pos) != n:
-            raise ValueError("an entry id is listed twice")
+        state._pos = None  # built when an id is first looked up: a recall needs none
         state.records = Records(state, columns)
         state.seqs = array("d", seqs.tobytes())
         state.seq_high = array("d", np.maximum.accumulate(seqs).tobytes() if n else b"")
@@ -305,6 +308,18 @@ class SessionState:
         state.max_seq, state.orphans, state.skipped = counts
         state.count_all()
         return state
+
+    @property
+    def pos(self) -> dict[str, int]:
+        """Entry id -> position. From a snapshot it is made on the first lookup by id, not
+        at load: hashing a million ids takes a quarter of a second, and a recall finds
+        its entries by position. An id listed twice keeps its first position, as a
+        replay does."""
+        if self._pos is None:
+            self._pos = dict(
+                zip(reversed(self.order), range(len(self.order) - 1, -1, -1), strict=True)
+            )
+        return self._pos
 
     def recount(self) -> None:
         """Estimate every entry's tokens again (the token ratio changed)."""
@@ -533,11 +548,12 @@ class SessionState:
             raise InvalidInput(f"{ref} names {len(found)} entries here: give the full id")
         return found[0] if found else ref
 
-    def entry(self, eid: str, now: float) -> Entry:
-        """The entry ``eid`` as of ``now`` (expiry depends on the time)."""
-        r = self.records[eid]
+    def entry(self, key: str | int, now: float) -> Entry:
+        """The entry with id ``key`` (or at position ``key``) as of ``now`` (expiry
+        depends on the time)."""
+        r = self.records.at(key) if isinstance(key, int) else self.records[key]
         expired = self.expired(r, now)
-        replaced_by = tuple(self.live_replacers(eid)) if eid in self.replacers else ()
+        replaced_by = tuple(self.live_replacers(r.id)) if r.id in self.replacers else ()
         return Entry(  # named fields: a third of the cost of Entry(**r), on recall's path
             id=r.id,
             seq=r.seq,

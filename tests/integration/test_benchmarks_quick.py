@@ -77,6 +77,7 @@ METRICS = {
     "scale.compact_ms",
     "scale.restart_replay_s",
     "scale.restart_snapshot_s",
+    "scale.restart_killed_s",
     "scale.restart_replay_rss_mb",
     "scale.restart_snapshot_rss_mb",
     "scale.docs_search_warm_ms",

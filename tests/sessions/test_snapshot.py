@@ -88,6 +88,37 @@ def test_a_snapshot_gives_what_a_replay_gives(tmp_path: Path) -> None:
     assert state_of(again) == state_of(first) == replayed(data, tmp_path)
 
 
+def test_a_recall_from_a_snapshot_looks_up_no_id(tmp_path: Path) -> None:
+    # The ids' map (a quarter of a second at a million entries) is made at the first
+    # lookup by id, not at load: recall and open find their entries by position.
+    data = tmp_path / "data"
+    build(data)
+    opened(data)
+    s = opened(data)
+    assert s.from_snapshot
+    recalled = s.recall("parser timeout", 2_000)
+    pins, latest = s.pinned_and_latest(5)
+    assert recalled.entries and pins and latest
+    assert s._state._pos is None
+    target = latest[0].id
+    assert s.update(target, pinned=True).pinned  # a lookup by id: the map is made now
+    assert s._state._pos is not None and s._state.pos[target] == s._state.order.index(target)
+
+
+def test_a_snapshot_listing_an_id_twice_keeps_its_first_place(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build(data)
+    opened(data)
+    folder = data / "sessions" / "s"
+    ids = bytes(np.load(_arrays(folder) / "ids.npy")).decode().split("\n")
+    first, second = ids[0], ids[1]
+    twice = "\n".join([first, first, *ids[2:]]).encode()
+    np.save(_arrays(folder) / "ids.npy", np.frombuffer(twice, dtype=np.uint8))
+    s = opened(data)
+    assert s.from_snapshot and s._state.pos[first] == 0 and second not in s._state.pos
+    assert s.recall("note", 100_000).entries  # served around, nothing fails
+
+
 def test_what_was_appended_after_the_snapshot_is_replayed(tmp_path: Path) -> None:
     data = tmp_path / "data"
     build(data)
