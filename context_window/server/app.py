@@ -248,8 +248,8 @@ Ranking: {service.ranking()}."""
 
 
 def build_server(service: Service | Engine) -> MCPServer:
-    """A server exposing every tool of ``service`` (an Engine builds its Service on first
-    use); tests build as many as they like."""
+    """A server exposing every tool of ``service`` (an Engine builds its Service as
+    serving begins); tests build as many as they like."""
     engine = service if isinstance(service, Engine) else Engine(service.settings, service)
 
     @asynccontextmanager
