@@ -57,7 +57,6 @@ from context_window.sessions.session import RANKED_FIRST, Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import check_id, work_in_progress
 from context_window.tokens import TokenCounter
-from context_window.version import __version__
 
 log = logging.getLogger("context_window")
 
@@ -142,7 +141,6 @@ class Service:
 
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.version = __version__
         self.counter = TokenCounter(settings.token_ratio)
         self.llm: LLMClient | None = None
         self.calibrator: Calibrator | None = None

@@ -191,8 +191,7 @@ class Records:
     def items(self) -> Iterator[tuple[str, Record]]:
         """(id, record) of every entry, in position order."""
         for i, eid in enumerate(self._state.order):
-            held = self._held.get(eid)
-            yield eid, held if held is not None else self._built(i)
+            yield eid, self.at(i)
 
     def with_seq(self, seq: int) -> list[str]:
         """The ids of the entries numbered ``seq`` (one, unless records were merged)."""
