@@ -7,7 +7,9 @@ they meet, and only when called (importing the package stays cheap).
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -42,10 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stop_on_signals_while_starting() -> None:
     """SIGTERM or SIGINT before the server installs its own handlers ends the start at
     once with status 0: as PID 1 of a container a signal with no handler is dropped,
-    and imports and setup take a second or two. Nothing has been written yet."""
+    and imports and setup take a second or two. Nothing has been written yet.
+
+    The process ends here rather than raising SystemExit: raised in the middle of an
+    import, a library may wrap it (pydantic-core turns it into a SchemaError), and the
+    start would fail with status 1 and a traceback instead."""
 
     def stop(_signum: int, _frame: object) -> None:
-        raise SystemExit(0)
+        sys.stderr.flush()
+        os._exit(0)
 
     if threading.current_thread() is threading.main_thread():  # else: not ours to set
         for signum in (signal.SIGTERM, signal.SIGINT):
