@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def serve(settings: Settings) -> None:
         from context_window.server.app import serve as serve_mcp
 
+        _stop_on_signals_while_starting(importing=False)
         serve_mcp(settings)
 
     async def tool_set_costs(settings: Settings) -> dict[str, dict[str, int]]:
@@ -41,18 +42,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(argv, ServerEdge(serve, tool_set_costs))
 
 
-def _stop_on_signals_while_starting() -> None:
-    """SIGTERM or SIGINT before the server installs its own handlers ends the start at
-    once with status 0: as PID 1 of a container a signal with no handler is dropped,
-    and imports and setup take a second or two. Nothing has been written yet.
+def _stop_on_signals_while_starting(importing: bool = True) -> None:
+    """SIGTERM or SIGINT before the server installs its own handlers ends the start with
+    status 0: as PID 1 of a container a signal with no handler is dropped, and imports
+    and setup take a second or two. Nothing has been written yet.
 
-    The process ends here rather than raising SystemExit: raised in the middle of an
-    import, a library may wrap it (pydantic-core turns it into a SchemaError), and the
-    start would fail with status 1 and a traceback instead."""
+    While ``importing``, the process ends at once: SystemExit raised in the middle of an
+    import may be wrapped by a library (pydantic-core makes it a SchemaError: status 1
+    and a traceback). Afterwards it raises SystemExit(0), so ``finally`` blocks run:
+    uvicorn puts this handler back and raises the signal again as it stops, and the
+    HTTP server saves its snapshots in such a block."""
 
     def stop(_signum: int, _frame: object) -> None:
-        sys.stderr.flush()
-        os._exit(0)
+        if importing:
+            sys.stderr.flush()
+            os._exit(0)
+        raise SystemExit(0)
 
     if threading.current_thread() is threading.main_thread():  # else: not ours to set
         for signum in (signal.SIGTERM, signal.SIGINT):
