@@ -24,7 +24,7 @@ from context_window.config import Settings, default_of
 from context_window.documents.answers import Answer
 from context_window.documents.cursors import all_cursors
 from context_window.documents.freshness import SourceState
-from context_window.documents.meaning import PassageMeaning
+from context_window.documents.meaning import DocumentVectors, PassageMeaning
 from context_window.documents.outline import (
     Outline,
     OutlineLayout,
@@ -33,6 +33,7 @@ from context_window.documents.outline import (
     overview,
 )
 from context_window.documents.progress import Report, ingest_in_thread
+from context_window.documents.ranking import HITS_THAT_FIT
 from context_window.documents.store import DocumentStore
 from context_window.documents.summaries import DocSummary, chunk_lines, summarize_range
 from context_window.documents.tables import DocInfo, Ingested, Window, WindowLayout
@@ -175,6 +176,10 @@ class Service:
             query_limits=limits,
         )
         self.documents.recover()
+        self.passage_vectors = DocumentVectors.configured(
+            self.embedder, self.documents, settings.budget // HITS_THAT_FIT, self.counter.count,
+            lambda work: self.run(DOCUMENTS, work),
+        )  # fmt: skip
         self._calibrated_once = False
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -203,18 +208,15 @@ class Service:
 
     async def aclose(self) -> None:
         """Release the HTTP clients and stop embedding."""
-        if self.llm is not None:
-            await self.llm.aclose()
-        if self.embedder is not None:
-            await self.embedder.aclose()
+        for client in (self.llm, self.embedder):
+            if client is not None:
+                await client.aclose()
+        if self.passage_vectors is not None:
+            self.passage_vectors.close()
 
     def ranking(self) -> str:
         """How recall and search rank, for the guide."""
         return "by words (BM25)" if self.embedder is None else self.embedder.describe()
-
-    def session(self, session_id: str) -> Session:
-        """An existing session (NotFound with the known ids otherwise)."""
-        return self.sessions.get(session_id)
 
     async def run(self, key: str, work: Callable[[], T]) -> T:
         """``work()`` in a worker thread, after the calls before it on the same ``key``.
@@ -460,10 +462,14 @@ class Service:
         title: str | None = None,
         doc_id: str | None = None,
     ) -> Ingested:
-        """Ingest a text or a file, reporting progress to ``report``."""
-        return await ingest_in_thread(
+        """Ingest a text or a file, reporting progress to ``report``; with meaning on, its
+        passages are embedded in the background."""
+        done = await ingest_in_thread(
             self.documents, report, text=text, file_path=file_path, title=title, doc_id=doc_id
         )
+        if self.passage_vectors is not None:
+            self.passage_vectors.wake([done.doc.id], again=True)
+        return done
 
     async def outline(
         self, doc_id: str, summarize: bool, max_chunks: int | None, layout: OutlineLayout
@@ -500,11 +506,11 @@ class Service:
         if doc_id is not None:
             await self.arrived(doc_id)
         budget = budget_tokens or self.settings.budget
-        store, counter, embedder = self.documents, self.counter, self.embedder
+        store, counter, vectors = self.documents, self.counter, self.passage_vectors
         meaning = None
-        if embedder is not None and query.strip():
+        if (embedder := self.embedder) is not None and vectors is not None and query.strip():
             vector = await embedder.query(query)
-            meaning = PassageMeaning(vector, embedder.passages_from_thread)
+            meaning = PassageMeaning(vector, embedder.passages_from_thread, vectors.stored)
 
         def work() -> Searched:
             reserve, terse = layout.reserve(budget, counter.count)
@@ -517,7 +523,10 @@ class Service:
             words_only = meaning is not None and not meaning.used and bool(found.hits)
             return Searched(query, found, instead, terse, budget, words_only)
 
-        return await self.run(DOCUMENTS, work)
+        searched = await self.run(DOCUMENTS, work)
+        if vectors is not None and searched.answer is not None:
+            vectors.wake([h.doc_id for h in searched.answer.hits])
+        return searched
 
     async def window(
         self,

@@ -1,8 +1,9 @@
-"""Shared fixtures: real settings on a temporary data dir, and an in-memory MCP client."""
+"""Shared fixtures: real settings on a temporary data dir, an in-memory MCP client, and a
+real embedding model behind a local endpoint."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from benchmarks.minilm import Endpoint, serve
 from context_window.config import Settings, load_settings
 
 SettingsFactory = Callable[..., Settings]
@@ -18,6 +20,18 @@ SettingsFactory = Callable[..., Settings]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    """A real MiniLM behind a local /v1/embeddings (tests using it skip without it)."""
+    with serve() as found:
+        yield found
+
+
+def embed_settings(settings: SettingsFactory, endpoint: Endpoint, **more: object) -> Settings:
+    """Settings with meaning on, from ``endpoint``."""
+    return settings(embed_base_url=endpoint.base_url, embed_model="minilm", **more)
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ async def test_calls_on_one_key_never_overlap_and_other_keys_do(settings: Settin
 async def test_errors_in_work_reach_the_caller(settings: SettingsFactory) -> None:
     service = Service(settings())
     with pytest.raises(NotFound, match="no session 'ghost'"):
-        await service.run(session_key("ghost"), lambda: service.session("ghost"))
+        await service.run(session_key("ghost"), lambda: service.sessions.get("ghost"))
 
 
 @pytest.mark.anyio

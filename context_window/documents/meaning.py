@@ -1,56 +1,231 @@
 """Search by meaning as well as words: the passages ``doc_search`` reads, rescored.
 
-The best ``DEPTH`` passages of the chunks ranked together (by their smoothed BM25) are
-embedded and ranked by ``retrieval.meaning.interpolate`` of that score and their
-cosine to the query; they stay ahead of the rest, which keep their order. (Letting a
-passage without a query word in as well changed nothing on the dev meetings: 0.780
-either way.) An outside study measured +0.061 on held-out meetings for exactly this,
-and nothing significant for whole-chunk vectors, so chunks are never embedded at ingest.
+The passages of the best ``CHUNKS`` chunks are ranked together by their smoothed BM25;
+the best ``DEEP`` of those whose vectors are stored, and the best ``DEPTH`` in any case
+(embedded now if need be), are ranked by ``retrieval.meaning.interpolate`` of that
+score and their cosine to the query, ahead of the rest, which keep their order.
+``DocumentVectors`` stores each document's passage vectors, filled in the background
+once it is ingested (up to ``FILLED_AT_MOST`` passages), keyed by a digest of the text.
+
+On the dev meetings (1,500 tokens, ``limit`` 3): words alone 0.767 (6 chunks); meaning
+over 64 passages of 6 chunks 0.780, of 24 chunks 0.784; over up to 512 stored passages
+of 24 chunks 0.797. Words alone lose from the wider pool (0.754 at 24 chunks), so a
+search that falls back to words ranks the 6 chunks words rank best. An outside study
+measured nothing significant for whole-chunk vectors, so chunks are not embedded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import asyncio
+import hashlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from context_window.documents.passages import Passage
-from context_window.errors import ContextWindowError
+from context_window.documents.passages import Passage, every_passage
+from context_window.errors import Busy, ContextWindowError, NotFound, UpstreamError
+from context_window.models import Count
 from context_window.retrieval.meaning import interpolate
+from context_window.retrieval.vectors import Vectors
 
-DEPTH = 64  # passages embedded per search: its cost is bounded, whatever the chunks read
+if TYPE_CHECKING:
+    from context_window.documents.store import DocumentStore
+
+log = logging.getLogger("context_window")
+
+CHUNKS = 24  # chunks whose passages meaning ranks together (words alone rank 6)
+DEPTH = 64  # the best passages ranked by meaning even if they must be embedded now
+DEEP = 512  # the best passages ranked by meaning when their vectors are stored
+FILLED_AT_MOST = 20_000  # passages per document embedded in the background (8 min of MiniLM)
+BATCH = 32  # passages per embeddings request while filling
 F32 = npt.NDArray[np.float32]
+
+
+def digest(text: str) -> str:
+    """The key a passage's vector is stored under: a digest of its text."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 @dataclass
 class PassageMeaning:
-    """A search's query vector and a way to embed passages (unit vectors, blocking);
-    ``used`` says whether the meaning ranked the answer (False: words only)."""
+    """A search's query vector, a way to embed passages now (unit vectors, blocking) and
+    the vectors stored; ``used`` says whether meaning ranked the answer (False: words)."""
 
     query: F32 | None
     embed: Callable[[list[str]], F32]
+    stored: Callable[[Sequence[Passage]], dict[str, F32]]  # by digest
     used: bool = False
 
-    def __call__(self, passages: Sequence[Passage]) -> None:
-        """Rescore ``passages`` (scored, smoothed) in place; unchanged if embedding fails."""
+    @property
+    def chunks(self) -> int:
+        """How many of the best chunks to rank together: ``CHUNKS`` with a query vector."""
+        return CHUNKS if self.query is not None else 0
+
+    def __call__(self, passages: Sequence[Passage]) -> bool:
+        """Rescore ``passages`` (scored, smoothed) in place; whether they were (if
+        embedding fails, they are left as they were)."""
         scored = sorted((p for p in passages if p.score > 0), key=lambda p: -p.score)
-        best = scored[:DEPTH]
         self.used = False
-        if self.query is None or not best:
-            return
+        if self.query is None or not scored:
+            return False
+        keys = [digest(p.text) for p in scored[:DEEP]]
+        vectors = self.stored(scored[:DEEP])
+        missing = [i for i, k in enumerate(keys[:DEPTH]) if k not in vectors]
         try:
-            found = self.embed([p.text for p in best])
+            made = self.embed([scored[i].text for i in missing]) if missing else None
         except ContextWindowError:
-            return
+            return False
+        if made is not None:
+            vectors.update((keys[i], v) for i, v in zip(missing, made, strict=True))
+        ranked = [i for i, k in enumerate(keys) if k in vectors]
+        found = np.array([vectors[keys[i]] for i in ranked], dtype=np.float32)
         if found.shape[1:] != self.query.shape:
-            return  # another model answered
+            return False  # another model answered
         cosines = (found @ self.query).astype(np.float64)
-        hybrid = interpolate(np.array([p.score for p in best]), cosines)
-        top = best[0].score
-        for p in scored[DEPTH:]:
+        hybrid = interpolate(np.array([scored[i].score for i in ranked]), cosines)
+        top = scored[0].score
+        for p in scored:
             p.score /= top + 1.0  # below every passage ranked by meaning too
-        for p, h in zip(best, hybrid.tolist(), strict=True):
-            p.score = 1.0 + h
+        for i, h in zip(ranked, hybrid.tolist(), strict=True):
+            scored[i].score = 1.0 + h
         self.used = True
+        return True
+
+
+READ = 256  # chunks read at once while listing a document's passages
+
+
+def passage_texts(store: DocumentStore, doc_id: str, count: Count, share: int) -> list[str] | None:
+    """``doc_id``'s passages as a search splits them at ``share`` tokens, or None: more
+    than ``FILLED_AT_MOST`` of them (searched by words and ``DEPTH`` passages), or gone."""
+    out: list[str] = []
+    try:
+        doc = store.get(doc_id)
+        for first in range(0, doc.chunks, READ):
+            for chunk in store.read_chunks(doc, first, min(doc.chunks, first + READ) - 1):
+                out += (p.text for p in every_passage(chunk, share, count))
+            if len(out) > FILLED_AT_MOST:
+                return None
+    except NotFound:
+        return None
+    return out
+
+
+class Embeds(Protocol):
+    """What embeds passages: ``sessions.meaning.Embedder``."""
+
+    @property
+    def key(self) -> str: ...
+
+    async def passages(self, texts: Sequence[str]) -> F32: ...
+
+    def cooldown(self) -> float: ...
+
+
+@dataclass
+class DocumentVectors:
+    """The passage vectors of every document for one model (``<doc>/vectors/<key>.f16``,
+    a cache: deleting it costs embedding again): looked up by searches, filled in the
+    background. ``texts(doc_id)`` gives a document's passages (None: more than
+    ``FILLED_AT_MOST``, or the document is gone)."""
+
+    root: Path
+    key: str
+    embedder: Embeds
+    texts: Callable[[str], Awaitable[list[str] | None]]
+    _files: dict[str, Vectors] = field(default_factory=dict)
+    _pending: dict[str, None] = field(default_factory=dict)  # documents to fill, in order
+    _filled: set[str] = field(default_factory=set)  # documents filled by this process
+    _task: asyncio.Task[None] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the files' readers
+
+    @classmethod
+    def configured(
+        cls,
+        embedder: Embeds | None,
+        store: DocumentStore,
+        share: int,
+        count: Count,
+        run: Callable[[Callable[[], list[str] | None]], Awaitable[list[str] | None]],
+    ) -> DocumentVectors | None:
+        """The vectors of ``store``'s passages split at ``share`` tokens, read by ``run``
+        (on the documents' lane), or None without an ``embedder`` (words only)."""
+        if embedder is None:
+            return None
+        texts = partial(passage_texts, store, count=count, share=share)
+        return cls(store.root, embedder.key, embedder, lambda doc_id: run(partial(texts, doc_id)))
+
+    def of(self, doc_id: str) -> Vectors:
+        """The vectors file of ``doc_id``."""
+        if doc_id not in self._files:
+            self._files[doc_id] = Vectors(self.root / doc_id, self.key)
+        return self._files[doc_id]
+
+    def stored(self, passages: Sequence[Passage]) -> dict[str, F32]:
+        """The stored vectors of ``passages``, by digest."""
+        out: dict[str, F32] = {}
+        with self._lock:
+            for doc in {p.doc for p in passages}:
+                out.update(self.of(doc).lookup([digest(p.text) for p in passages if p.doc == doc]))
+        return out
+
+    def wake(self, doc_ids: Sequence[str], again: bool = False) -> None:
+        """Fill the vectors ``doc_ids`` lack, in the background (``again``: even if this
+        process filled them already, as after a new ingest)."""
+        for doc_id in doc_ids:
+            if again or doc_id not in self._filled:
+                self._filled.add(doc_id)
+                self._pending[doc_id] = None
+        if self._pending and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._work())
+
+    async def _work(self) -> None:
+        while self._pending:
+            doc_id = next(iter(self._pending))
+            del self._pending[doc_id]
+            try:
+                await self._fill(doc_id)
+            except (UpstreamError, Busy) as exc:  # the endpoint: again after its cooldown
+                log.info("embedding the passages of %s paused: %s", doc_id, exc)
+                self._pending.setdefault(doc_id, None)
+                await asyncio.sleep(max(self.embedder.cooldown(), 1.0))
+            except Exception as exc:  # a document gone; never take the server down for a cache
+                log.warning("embedding the passages of %s stopped: %s", doc_id, exc)
+
+    async def _fill(self, doc_id: str) -> None:
+        texts = await self.texts(doc_id)
+        if texts is None:
+            return
+        vectors = self.of(doc_id)
+        wanted = {digest(t): t for t in texts}
+        have = await asyncio.to_thread(self._lookup, vectors, list(wanted))
+        todo = [(k, t) for k, t in wanted.items() if k not in have]
+        for at in range(0, len(todo), BATCH):
+            batch = todo[at : at + BATCH]
+            found = await self.embedder.passages([t for _, t in batch])
+            items = [
+                (at + i, k, v)
+                for i, ((k, _), v) in enumerate(zip(batch, found.tolist(), strict=True))
+            ]
+            await asyncio.to_thread(vectors.write, items)
+
+    def _lookup(self, vectors: Vectors, keys: list[str]) -> dict[str, F32]:
+        with self._lock:
+            return vectors.lookup(keys)
+
+    async def settled(self) -> None:
+        """Wait until no document waits for vectors (tests and benchmarks)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+    def close(self) -> None:
+        """Stop filling."""
+        if self._task is not None:
+            self._task.cancel()

@@ -342,6 +342,20 @@ def candidate_passages(
     return groups
 
 
+def every_passage(chunk: Chunk, share: int, count: Count) -> list[Passage]:
+    """All of a chunk's passages, as ``candidate_passages`` splits them for any query."""
+    if _WRAPPED.search(chunk.text):
+        return split_passages(chunk, share, count)
+    base = max(chunk.line, 1)
+    lines = (line.rstrip("\r") for line in chunk.text.split("\n"))
+    return [
+        p
+        for i, line in enumerate(lines)
+        if line.strip()
+        for p in _sentences(base + i, line, share, count)
+    ]
+
+
 def _near(chunk: Chunk, share: int, count: Count, scorer: Scorer) -> list[Passage]:
     """The lines of a chunk of records holding a query term, and the lines beside them.
 

@@ -3,8 +3,7 @@ the best passages of those chunks within a budget (the line-level answer of ``se
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -40,7 +39,22 @@ class RankedChunk(NamedTuple):
 
 
 Ranked = list[RankedChunk]  # best first
-Rescore = Callable[[list[Passage]], None]  # rescores passages in place (PassageMeaning)
+
+
+class Rescore(Protocol):
+    """What rescores a search's passages in place (``PassageMeaning``)."""
+
+    @property
+    def chunks(self) -> int:
+        """How many of the best chunks to rank together (0: ``CANDIDATE_CHUNKS``)."""
+
+    def __call__(self, passages: list[Passage]) -> bool:
+        """Rescore; whether it did (if not, words alone rank ``CANDIDATE_CHUNKS``)."""
+
+
+def pool(meaning: Rescore | None) -> int:
+    """How many of the best chunks a search ranks together."""
+    return (meaning.chunks if meaning is not None else 0) or CANDIDATE_CHUNKS
 
 
 def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
@@ -87,22 +101,28 @@ def best_passages(
     of every document searched) within ``budget`` less ``reserve``, with the first
     occurrence of each best line's kind of match found through the index.
 
-    The first ``CANDIDATE_CHUNKS`` hits are ranked by their passages (the mean passage
+    The first ``pool(meaning)`` hits are ranked by their passages (the mean passage
     length from them, the idf from every document searched); any further hit (a limit
     above that) ranks after them, in chunk order. So a passage's rank depends on the
     query and the documents, never on ``limit``. ``meaning`` (``PassageMeaning``)
-    rescores the passages of those first hits.
+    rescores the passages of those first hits; if it cannot, the first
+    ``CANDIDATE_CHUNKS`` are ranked by words alone.
     """
     idf = idf_of(terms, corpus.stats.n, lambda t: len(j[0]) if (j := corpus.joined(t)) else 0)
-    scorer = Scorer(terms, idf, analyzer.expand)
-    first, later = hits[:CANDIDATE_CHUNKS], hits[CANDIDATE_CHUNKS:]
-    share = max(32, (budget - reserve) // max(1, min(HITS_THAT_FIT, len(first))))
-    seen: set[tuple[str, int]] = set()
     count = counter.count
-    groups = candidate_passages(first, share, count, scorer, seen)  # sets the mean length
-    smooth(groups)
-    if meaning is not None:
-        meaning([p for g in groups for p in g.passages])
+    size = pool(meaning)
+    while True:
+        scorer = Scorer(terms, idf, analyzer.expand)
+        first, later = hits[:size], hits[size:]
+        share = max(32, (budget - reserve) // max(1, min(HITS_THAT_FIT, len(first))))
+        seen: set[tuple[str, int]] = set()
+        groups = candidate_passages(first, share, count, scorer, seen)  # sets the mean length
+        smooth(groups)
+        if meaning is None or size != pool(meaning):
+            break  # by words alone (asked once: meaning may wait for the endpoint)
+        if meaning([p for g in groups for p in g.passages]) or size == CANDIDATE_CHUNKS:
+            break
+        size = CANDIDATE_CHUNKS
     # Where does each of the best lines' kind of match first occur? Read the earliest
     # chunks holding all its matched terms (a bounded number) until a line holds them.
     have = {(h.doc_id, h.chunk.index) for h in first}

@@ -36,12 +36,12 @@ from context_window.documents.freshness import SourceState, source_state
 from context_window.documents.index import Corpus, OldIndex
 from context_window.documents.ingest import ingest, reindex
 from context_window.documents.ranking import (
-    CANDIDATE_CHUNKS,
     READ_AT_ONCE,
     Ranked,
     Rescore,
     best_passages,
     hits_of,
+    pool,
     ranked_chunks,
 )
 from context_window.documents.tables import DocInfo, Ingested, Tables, Window, from_line
@@ -463,17 +463,17 @@ class DocumentStore:
             return None
         _check_limit(limit)
         # Ranked once, read as needed: the best k chunks are the best k of any more.
-        top = max(limit, CANDIDATE_CHUNKS)
+        top = max(limit, pool(meaning))
         docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         corpus = self._corpus(tables)
-        # Read CANDIDATE_CHUNKS chunks; while most earn a hit of their own, a higher limit
-        # can show more: read twice as many (up to the limit) and redo. When every match
-        # fits in the budget with the others, read them at once. (What is read depends
-        # on the documents, not on the limit, but for its cap.)
+        # Read the pool's chunks (see ranking.pool); while most earn a hit of their own, a
+        # higher limit can show more: read twice as many (up to the limit) and redo. When
+        # every match fits in the budget with the others, read them at once. (What is read
+        # depends on the documents, not on the limit, but for its cap.)
         every = len(ranked) < max(top, READ_AT_ONCE)
         whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
-        want = top if every and whole <= budget - reserve else CANDIDATE_CHUNKS
+        want = top if every and whole <= budget - reserve else pool(meaning)
         ranked = ranked[:top]
         hits: list[Hit] = []
         while True:

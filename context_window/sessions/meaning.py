@@ -28,7 +28,7 @@ from context_window.errors import Busy, ContextWindowError, UpstreamError
 from context_window.llm.client import LLMClient
 from context_window.retrieval.bm25 import best_first
 from context_window.retrieval.meaning import interpolate
-from context_window.sessions.vectors import Vectors, model_key, unit
+from context_window.retrieval.vectors import Vectors, model_key, unit
 
 if TYPE_CHECKING:
     from context_window.sessions.session import Session
@@ -150,11 +150,16 @@ class Embedder:
             '"words only" means that endpoint did not answer in time'
         )
 
+    @property
+    def key(self) -> str:
+        """The vectors files' name for this model and passage prefix."""
+        return model_key(self.model, self.passage_prefix)
+
     def vectors(self, session: Session) -> Vectors:
         """The vectors kept for ``session`` with this model."""
         key = str(session.dir)
         if key not in self._vectors:
-            self._vectors[key] = Vectors(session.dir, model_key(self.model, self.passage_prefix))
+            self._vectors[key] = Vectors(session.dir, self.key)
         return self._vectors[key]
 
     async def query(self, text: str) -> npt.NDArray[np.float32] | None:
@@ -168,9 +173,13 @@ class Embedder:
         vector: npt.NDArray[np.float32] = unit(found)[0]
         return vector
 
-    def _passages_asked(self, texts: Sequence[str]) -> list[str]:
-        """Entries or passages as they are sent: prefixed, cut at ``TEXT_CHARS``."""
-        return [self.passage_prefix + t[:TEXT_CHARS] for t in texts]
+    async def passages(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit vectors of entries or passages, sent prefixed and cut at ``TEXT_CHARS``."""
+        return unit(await self.client.embed([self.passage_prefix + t[:TEXT_CHARS] for t in texts]))
+
+    def cooldown(self) -> float:
+        """Seconds until the endpoint is asked again after a failure."""
+        return self.client.cooldown_remaining()
 
     def passages_from_thread(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Unit vectors of passages, from a worker thread (``anyio.to_thread``), or
@@ -213,8 +222,7 @@ class Embedder:
 
     async def _fill(self, asked: dict[bytes, str]) -> None:
         try:
-            texts = self._passages_asked(list(asked.values()))
-            found = unit(await self.client.embed(texts)).astype(np.float16)
+            found = (await self.passages(list(asked.values()))).astype(np.float16)
             with self._lock:
                 self._passages.update(zip(asked, found, strict=True))
         except ContextWindowError as exc:
@@ -238,7 +246,7 @@ class Embedder:
             except (UpstreamError, Busy) as exc:  # try again after the endpoint's cooldown
                 log.info("embedding %s paused: %s", session_id, exc)
                 self._pending.setdefault(session_id, key)
-                await asyncio.sleep(max(self.client.cooldown_remaining(), 1.0))
+                await asyncio.sleep(max(self.cooldown(), 1.0))
                 continue
             except Exception as exc:  # a session gone; never take the server down for a cache
                 log.warning("embedding %s stopped: %s", session_id, exc)
@@ -257,7 +265,7 @@ class Embedder:
         vectors, batch = await self.lanes.run(key, todo)
         if not batch:
             return False
-        found = unit(await self.client.embed(self._passages_asked([t for _, _, t in batch])))
+        found = await self.passages([t for _, _, t in batch])
         items = [(pos, eid, v) for (pos, eid, _), v in zip(batch, found.tolist(), strict=True)]
         await asyncio.to_thread(vectors.write, items)
         return len(batch) == BATCH

@@ -151,6 +151,7 @@ MEANING = {
     "meaning.recall_p50_ms",
     "meaning.recall_over_words",
     "meaning.ingest_over_words",
+    "meaning.doc_fill_ms_per_passage",
     "meaning.search_p50_ms",
     "meaning.search_over_words",
 }

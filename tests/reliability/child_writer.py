@@ -58,7 +58,7 @@ def run_compact(data: Path, sid: str, seed: int) -> None:
     settings = load_settings({"data_dir": data, "llm_enabled": False, "audit": False}, environ={})
     service = Service(settings)
     service.sessions.open(sid)
-    session = service.session(sid)
+    session = service.sessions.get(sid)
     ack("ready")
     n = 0
     while True:

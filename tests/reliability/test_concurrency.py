@@ -130,7 +130,7 @@ def test_tool_calls_race_in_one_server(data_dir: Path) -> None:
     assert len(records) == 200 + len(compacted)
     seqs = [r["seq"] for r in records]
     assert sorted(seqs) == list(range(1, len(records) + 1))
-    session = service_for(data_dir).session("busy")
+    session = service_for(data_dir).sessions.get("busy")
     everything = session.entries(include_superseded=True)
     assert {e.id for e in everything} == set(appended) | set(compacted)
     folded = [old for e in everything for old in e.replaces]

@@ -74,7 +74,7 @@ def test_appends_survive_sigkill(data_dir: Path) -> None:
 def check_compaction_invariants(data_dir: Path, sid: str) -> tuple[set[str], int]:
     """Replay in a fresh Service; each entry is live or folded by exactly one present summary."""
     service = service_for(data_dir)
-    session = service.session(sid)
+    session = service.sessions.get(sid)
     entries = session.entries(include_superseded=True)
     by_id = {e.id: e for e in entries}
     folded_by: dict[str, str] = {}
@@ -108,7 +108,7 @@ def test_compaction_survives_sigkill(data_dir: Path) -> None:
         assert skipped - skipped_before <= 1
         skipped_before = skipped
         service = service_for(data_dir)
-        session = service.session(sid)
+        session = service.sessions.get(sid)
         for sid_, originals in summaries.items():
             assert session.get(sid_).replaces == tuple(originals)
             assert all(session.get(o).superseded for o in originals)
@@ -137,7 +137,7 @@ def test_torn_summary_leaves_originals_live(data_dir: Path) -> None:
     summary_line = full[len(before) :]
     for cut in (1, len(summary_line) // 2, len(summary_line) - 2):
         journal.write_bytes(before + summary_line[:cut])
-        replayed = service_for(data_dir).session("torn")
+        replayed = service_for(data_dir).sessions.get("torn")
         live = [e.id for e in replayed.entries()]
         assert live == ids, f"cut at {cut}: {live}"
         assert replayed.stats().skipped_lines == 1

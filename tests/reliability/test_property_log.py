@@ -112,7 +112,7 @@ class Model:
 
 def full_state(service: Service, ids: list[str]) -> list[Entry]:
     """Every entry by id, whatever its state."""
-    session = service.session("prop")
+    session = service.sessions.get("prop")
     return [session.get(i) for i in ids]
 
 
@@ -121,7 +121,7 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
     service.sessions.open("prop")
     model = Model()
     for op in ops:
-        session = service.session("prop")
+        session = service.sessions.get("prop")
         if op[0] == "append":
             _, text, role, pinned, tags = op
             model.add(session.append(text, role, tags, pinned))
@@ -170,7 +170,7 @@ def run(ops: list[tuple[Any, ...]], data: Path) -> None:
         assert e.deleted == model.deleted[e.id], e
         assert e.superseded == model.superseded(e.id), e
     assert [e.seq for e in after] == sorted({e.seq for e in after})
-    stats = service_for(data).session("prop").stats()
+    stats = service_for(data).sessions.get("prop").stats()
     assert (stats.skipped_lines, stats.orphan_patches) == (0, 0)
     assert stats.total == len(model.order)
 

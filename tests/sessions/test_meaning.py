@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-from conftest import SettingsFactory
+from conftest import SettingsFactory, embed_settings
 from mcp import Client, StdioServerParameters
 
-from benchmarks.minilm import Endpoint, available, serve
+from benchmarks.minilm import Endpoint, available
+from context_window.retrieval.vectors import HEADER, record
 from context_window.server.app import build_server
 from context_window.service import Service
-from context_window.sessions.vectors import HEADER, record
 
 pytestmark = [
     pytest.mark.anyio,
@@ -48,16 +47,6 @@ FILLERS = [
     "Remember to renew the TLS certificate.",
     "Budget review moved to the third week.",
 ]
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Endpoint]:
-    with serve() as found:
-        yield found
-
-
-def embed_settings(settings: SettingsFactory, endpoint: Endpoint, **more: object) -> object:
-    return settings(embed_base_url=endpoint.base_url, embed_model="minilm", **more)
 
 
 async def fill(c: Client, service: Service) -> None:
@@ -197,100 +186,6 @@ async def test_vectors_survive_a_restart_and_a_torn_record(
     # Only the questions and the new entry were embedded: nothing was embedded again.
     assert len(endpoint.inputs) == len(PAIRS) + 1
     assert path.stat().st_size == size + (size - HEADER) // records  # the torn bytes went
-
-
-# doc_search: lines that share the query's one searchable word; one answers it.
-DOC_QUERIES = [
-    (
-        "Why did the server stop working?",
-        "server",
-        "The server crashed because its power supply overheated and failed.",
-    ),
-    (
-        "What illness did the manager have?",
-        "manager",
-        "The manager was off sick for a week with a bad case of influenza.",
-    ),
-    (
-        "What was the price of the contract?",
-        "contract",
-        "The contract was signed in March for a total of forty thousand euros.",
-    ),
-]
-DOC_FILLERS = [
-    "The {w} was mentioned twice in the minutes of the meeting on Tuesday afternoon.",
-    "A framed photograph of the {w} hangs in the hallway next to the coat rack.",
-    "Someone in the design team wrote a short poem about the {w} for the newsletter.",
-    "The {w} also appears on page four of last year's glossy printed brochure.",
-    "Visitors on the guided tour often stop to ask questions about the {w}.",
-]
-
-
-def doc_text() -> str:
-    lines = []
-    for _, word, answer in DOC_QUERIES:
-        lines += [f.format(w=word) for f in DOC_FILLERS] + [answer]
-    return "\n".join(lines) + "\n"
-
-
-async def best_lines(c: Client, doc_id: str) -> list[str]:
-    """The text doc_search shows at a budget that fits one line, per question."""
-    shown = []
-    for question, _, _ in DOC_QUERIES:
-        result = await c.call_tool(
-            "doc_search",
-            {"query": question, "doc_id": doc_id, "budget_tokens": 64, "limit": 1},
-        )
-        shown.append(result.content[0].text)  # type: ignore[union-attr]
-    return shown
-
-
-async def test_doc_search_ranks_the_lines_it_reads_by_meaning(
-    settings: SettingsFactory, endpoint: Endpoint
-) -> None:
-    for embed in (False, True):
-        made = embed_settings(settings, endpoint) if embed else settings()
-        service = Service(made)  # type: ignore[arg-type]
-        try:
-            async with Client(build_server(service)) as c:
-                await c.call_tool("doc_ingest", {"text": doc_text(), "doc_id": f"d{embed:d}"})
-                shown = await best_lines(c, f"d{embed:d}")
-        finally:
-            await service.aclose()
-        right = [answer in text for text, (_, _, answer) in zip(shown, DOC_QUERIES, strict=True)]
-        # By meaning, each answer is among the one to three lines that fit; by words,
-        # which share one word with every line, not all of them are.
-        assert all(right) if embed else not all(right), shown
-    endpoint.mode = "down"
-    service = Service(embed_settings(settings, endpoint))  # type: ignore[arg-type]
-    try:
-        async with Client(build_server(service)) as c:
-            shown = await best_lines(c, "d1")
-    finally:
-        await service.aclose()
-    assert all("words only" in text.splitlines()[0] for text in shown), shown
-
-
-async def test_passages_too_slow_for_one_search_are_ready_for_the_next(
-    settings: SettingsFactory, endpoint: Endpoint
-) -> None:
-    endpoint.mode = "slow-batches"  # a query is embedded at once, 64 passages take 3 s
-    service = Service(embed_settings(settings, endpoint, embed_timeout=0.5))  # type: ignore[arg-type]
-    try:
-        async with Client(build_server(service)) as c:
-            await c.call_tool("doc_ingest", {"text": doc_text(), "doc_id": "d"})
-            first = await best_lines(c, "d")
-            assert all("words only" in text.splitlines()[0] for text in first), first
-            assert service.embedder is not None
-            await service.embedder.settled()  # the passages were embedded all the same
-            asked = len(endpoint.inputs)
-            again = await best_lines(c, "d")
-            assert not any("words only" in text.splitlines()[0] for text in again), again
-            assert len(endpoint.inputs) == asked + len(DOC_QUERIES)  # only the queries
-            right = [a in t for t, (_, _, a) in zip(again, DOC_QUERIES, strict=True)]
-            assert all(right), again
-    finally:
-        await service.aclose()
 
 
 async def test_over_stdio_the_flags_reach_a_real_server_process(

@@ -440,7 +440,7 @@ async def test_compaction_survives_a_restart(service: Service, settings: Setting
     fill(s, LONG[:6])
     c = await service.compact("c", keep_recent=1, target_tokens=50)
     assert c.entry is not None
-    reopened = Service(settings()).session("c")
+    reopened = Service(settings()).sessions.get("c")
     assert [e.id for e in reopened.entries()] == [e.id for e in s.entries()]
     assert s.entries()[0].id == c.entry.id and len(s.entries()) == 2
     assert reopened.get(c.entry.id).replaces == tuple(e.id for e in c.plan.entries)

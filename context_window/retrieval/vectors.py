@@ -56,6 +56,8 @@ class Vectors:
         self._data: npt.NDArray[np.void] | None = None
         self._rows: Rows = np.zeros(0, dtype=np.int64)  # per position: its record, or -1
         self._checked = 0  # records whose ids were matched against the order
+        self._ids: dict[bytes, int] = {}  # for ``lookup``: id -> its last record
+        self._ids_read = 0  # records whose ids are in ``_ids``
 
     def rows(self, order: Sequence[str]) -> Rows:
         """Per position of ``order`` (entry ids), the record holding its vector, or -1."""
@@ -75,6 +77,20 @@ class Vectors:
             self._rows[latest] = (self._checked + same)[::-1][at]
             self._checked = len(data)
         return self._rows[:n]
+
+    def lookup(self, ids: Sequence[str]) -> dict[str, F32]:
+        """The vectors of those ``ids`` that have one, whatever their position: for keys
+        naming their content (a passage's digest), which any record may hold."""
+        self._reload()
+        data = self._data
+        if data is None:
+            return {}
+        if self._ids_read < len(data):
+            new = data["id"][self._ids_read :].tolist()
+            self._ids.update(zip(new, range(self._ids_read, len(data)), strict=True))
+            self._ids_read = len(data)
+        rows = {i: r for i in ids if (r := self._ids.get(id_key(i))) is not None}
+        return {i: data["vec"][r].astype(np.float32) for i, r in rows.items()}
 
     def cosines(self, query: F32) -> F32:
         """Each record's vector times ``query``, as mapped at the last ``rows``: read in
@@ -105,8 +121,9 @@ class Vectors:
         dim = int.from_bytes(head[8:12], "little") if head.startswith(MAGIC) else 0
         count = (st.st_size - HEADER) // record(dim).itemsize if st and dim else 0
         moved = st is None or self._seen is None or self._seen[0] != st.st_ino
-        if moved or dim != self.dim or count < self._checked:
+        if moved or dim != self.dim or count < max(self._checked, self._ids_read):
             self._rows, self._checked = np.zeros(0, dtype=np.int64), 0
+            self._ids, self._ids_read = {}, 0
         self._seen = (st.st_ino, st.st_size) if st else None
         self.dim = dim
         self._data = (

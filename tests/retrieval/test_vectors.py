@@ -1,4 +1,5 @@
-"""The vectors file beside a session's journal: real files, a real SIGKILL mid-write."""
+"""The vectors file beside a session's journal or a document: real files, a real SIGKILL
+mid-write."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from context_window.sessions.vectors import HEADER, Vectors, record, unit
+from context_window.retrieval.vectors import HEADER, Vectors, record, unit
 
 ORDER = [f"e{i:018d}" for i in range(9)] + ["imported-" + "x" * 40]  # one longer than 32 bytes
 
@@ -42,6 +43,23 @@ def test_another_dimension_starts_the_file_anew_and_readers_follow(tmp_path: Pat
     assert reader.dim == 4
 
 
+def test_lookup_finds_content_keys_wherever_they_sit_and_follows_the_file(tmp_path: Path) -> None:
+    keys = [f"{i:032x}" for i in range(6)]  # digests, as documents store passages
+    reader, writer = Vectors(tmp_path, "k"), Vectors(tmp_path, "k")
+    assert reader.lookup(keys) == {}  # no file yet
+    writer.write([(0, keys[0], vec(0)), (1, keys[1], vec(1))])
+    assert set(reader.lookup(keys)) == {keys[0], keys[1]}
+    writer.write([(0, keys[2], vec(2)), (1, keys[1], vec(5))])  # positions mean nothing here
+    found = reader.lookup(keys)
+    assert set(found) == {keys[0], keys[1], keys[2]}
+    assert float(found[keys[1]] @ np.array(vec(5), np.float32)) > 0.999  # the last one wins
+    with writer.path.open("ab") as f:
+        f.write(b"\x01" * 7)  # a torn record: not read
+    assert set(reader.lookup(keys)) == {keys[0], keys[1], keys[2]}
+    writer.write([(0, keys[3], vec(3, dim=4))])  # another dimension: a new file
+    assert set(reader.lookup(keys)) == {keys[3]} and reader.dim == 4
+
+
 def test_a_sigkill_mid_write_leaves_a_file_the_next_write_mends(tmp_path: Path) -> None:
     child = subprocess.Popen(
         [
@@ -49,7 +67,7 @@ def test_a_sigkill_mid_write_leaves_a_file_the_next_write_mends(tmp_path: Path) 
             "-c",
             "import sys, numpy as np\n"
             "from pathlib import Path\n"
-            "from context_window.sessions.vectors import Vectors\n"
+            "from context_window.retrieval.vectors import Vectors\n"
             "v = Vectors(Path(sys.argv[1]), 'k')\n"
             "rows = [(i % 10, f'e{i % 10:018d}', list(np.ones(384) / 384 ** 0.5))"
             " for i in range(4096)]\n"
