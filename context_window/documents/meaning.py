@@ -76,18 +76,19 @@ class PassageMeaning:
         if self.query is None or not scored:
             return False
         keys = [digest(p.text) for p in scored[:DEEP]]
-        vectors = self.stored(scored[:DEEP])
+        shape = self.query.shape  # vectors of another shape: another model made them
+        vectors = {k: v for k, v in self.stored(scored[:DEEP]).items() if v.shape == shape}
         missing = [i for i, k in enumerate(keys[:DEPTH]) if k not in vectors]
         try:
             made = self.embed([scored[i].text for i in missing]) if missing else None
         except ContextWindowError:
             return False
         if made is not None:
+            if made.shape[1:] != shape:
+                return False
             vectors.update((keys[i], v) for i, v in zip(missing, made, strict=True))
         ranked = [i for i, k in enumerate(keys) if k in vectors]
         found = np.array([vectors[keys[i]] for i in ranked], dtype=np.float32)
-        if found.shape[1:] != self.query.shape:
-            return False  # another model answered
         cosines = (found @ self.query).astype(np.float64)
         hybrid = interpolate(np.array([scored[i].score for i in ranked]), cosines)
         top = scored[0].score

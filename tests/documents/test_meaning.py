@@ -200,6 +200,18 @@ async def test_an_ingest_fills_the_vectors_and_a_restart_keeps_them(
     finally:
         await service.aclose()
     assert len(endpoint.inputs) == embedded + 1  # the query alone
+    endpoint.mode = "wrong-dimension"  # another model loaded under the same name
+    service = Service(embed_settings(settings, endpoint))
+    try:
+        async with Client(build_server(service)) as c:
+            result = await c.call_tool(
+                "doc_search", {"query": DEEP_QUESTION, "doc_id": "deep", "limit": 1}
+            )
+            text = result.content[0].text  # type: ignore[union-attr]
+            # The stored vectors are set aside; the best passages are embedded anew.
+            assert not result.is_error and "words only" not in text.splitlines()[0], text
+    finally:
+        await service.aclose()
 
 
 @needs_model
