@@ -510,7 +510,7 @@ class Service:
         meaning = None
         if (embedder := self.embedder) is not None and vectors is not None and query.strip():
             vector = await embedder.query(query)
-            meaning = PassageMeaning(vector, embedder.passages_from_thread, vectors.stored)
+            meaning = PassageMeaning(vector, vectors.embed_from_thread, vectors.stored)
 
         def work() -> Searched:
             reserve, terse = layout.reserve(budget, counter.count)

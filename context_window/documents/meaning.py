@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
 import numpy as np
 import numpy.typing as npt
 
@@ -59,7 +60,7 @@ class PassageMeaning:
     the vectors stored; ``used`` says whether meaning ranked the answer (False: words)."""
 
     query: F32 | None
-    embed: Callable[[list[str]], F32]
+    embed: Callable[[list[Passage]], F32]
     stored: Callable[[Sequence[Passage]], dict[str, F32]]  # by digest
     used: bool = False
 
@@ -80,7 +81,7 @@ class PassageMeaning:
         vectors = {k: v for k, v in self.stored(scored[:DEEP]).items() if v.shape == shape}
         missing = [i for i, k in enumerate(keys[:DEPTH]) if k not in vectors]
         try:
-            made = self.embed([scored[i].text for i in missing]) if missing else None
+            made = self.embed([scored[i] for i in missing]) if missing else None
         except ContextWindowError:
             return False
         if made is not None:
@@ -125,6 +126,9 @@ class Embeds(Protocol):
     @property
     def key(self) -> str: ...
 
+    @property
+    def timeout(self) -> float: ...
+
     async def passages(self, texts: Sequence[str]) -> F32: ...
 
     def cooldown(self) -> float: ...
@@ -146,6 +150,8 @@ class DocumentVectors:
     _filled: set[str] = field(default_factory=set)  # documents filled by this process
     _task: asyncio.Task[None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the files' readers
+    _asked: set[str] = field(default_factory=set)  # digests a search is having embedded
+    _later: set[asyncio.Task[None]] = field(default_factory=set)  # those embeddings
 
     @classmethod
     def configured(
@@ -176,6 +182,48 @@ class DocumentVectors:
             for doc in {p.doc for p in passages}:
                 out.update(self.of(doc).lookup([digest(p.text) for p in passages if p.doc == doc]))
         return out
+
+    def embed_from_thread(self, passages: list[Passage]) -> F32:
+        """Unit vectors of ``passages`` (from a worker thread), or UpstreamError when they
+        are not all stored within the query's timeout. They are asked for in a task of
+        their own, which goes on past the timeout and stores them: the next search of
+        the same chunks finds them."""
+        wanted = {digest(p.text): p for p in passages}
+        if anyio.from_thread.run(self._embed_now, wanted):
+            found = self.stored(passages)
+            if len(found) == len(wanted):
+                return np.array([found[digest(p.text)] for p in passages], dtype=np.float32)
+        raise UpstreamError(
+            f"passage vectors not stored within {self.embedder.timeout:g} s; "
+            "they are being made for the next search"
+        )
+
+    async def _embed_now(self, wanted: dict[str, Passage]) -> bool:
+        """Have ``wanted`` embedded and stored (those another search asked for are not
+        asked twice); whether that finished within the query's timeout."""
+        asked = {k: p for k, p in wanted.items() if k not in self._asked}
+        if asked:
+            self._asked.update(asked)
+            task = asyncio.get_running_loop().create_task(self._store(asked))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+        with anyio.move_on_after(self.embedder.timeout):
+            while not self._asked.isdisjoint(wanted):
+                await asyncio.sleep(0.01)
+            return True
+        return False
+
+    async def _store(self, asked: dict[str, Passage]) -> None:
+        try:
+            found = await self.embedder.passages([p.text for p in asked.values()])
+            made = list(zip(asked.items(), found.tolist(), strict=True))
+            for doc in {p.doc for p in asked.values()}:
+                items = [(0, k, v) for (k, p), v in made if p.doc == doc]
+                await asyncio.to_thread(self.of(doc).write, items)
+        except (ContextWindowError, OSError) as exc:  # the next search asks again
+            log.info("passage vectors not made: %s", exc)
+        finally:
+            self._asked.difference_update(asked)
 
     def wake(self, doc_ids: Sequence[str], again: bool = False) -> None:
         """Fill the vectors ``doc_ids`` lack, in the background (``again``: even if this
@@ -222,11 +270,12 @@ class DocumentVectors:
             return vectors.lookup(keys)
 
     async def settled(self) -> None:
-        """Wait until no document waits for vectors (tests and benchmarks)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait([self._task])
+        """Wait until no document or search waits for vectors (tests and benchmarks)."""
+        while (self._task is not None and not self._task.done()) or self._later:
+            await asyncio.wait([t for t in [self._task, *self._later] if t is not None])
 
     def close(self) -> None:
         """Stop filling."""
-        if self._task is not None:
-            self._task.cancel()
+        for task in [self._task, *self._later]:
+            if task is not None:
+                task.cancel()

@@ -11,15 +11,11 @@ failure), and recall ranks by words until they are there.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-import anyio
 import numpy as np
 import numpy.typing as npt
 
@@ -37,7 +33,6 @@ log = logging.getLogger("context_window")
 
 BATCH = 32  # entries per embeddings request
 TEXT_CHARS = 2000  # of an entry's text embedded: past a small model's window anyway
-PASSAGES_KEPT = 16_384  # passage vectors remembered across searches (12 MB at 384 floats)
 BATCH_SECONDS = 60.0  # the longest wait for one batch's vectors (a query waits less)
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -119,10 +114,6 @@ class Embedder:
     _pending: dict[str, str] = field(default_factory=dict)  # session id -> lane, in order
     _vectors: dict[str, Vectors] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
-    _passages: OrderedDict[bytes, npt.NDArray[np.float16]] = field(default_factory=OrderedDict)
-    _filling: dict[bytes, str] = field(default_factory=dict)  # passages being embedded
-    _later: set[asyncio.Task[None]] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)  # the passage vectors
 
     @classmethod
     def configured(
@@ -177,59 +168,14 @@ class Embedder:
         """Unit vectors of entries or passages, sent prefixed and cut at ``TEXT_CHARS``."""
         return unit(await self.client.embed([self.passage_prefix + t[:TEXT_CHARS] for t in texts]))
 
+    @property
+    def timeout(self) -> float:
+        """The longest wait for a query's vector (``--embed-timeout``)."""
+        return self.query_client.timeout
+
     def cooldown(self) -> float:
         """Seconds until the endpoint is asked again after a failure."""
         return self.client.cooldown_remaining()
-
-    def passages_from_thread(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        """Unit vectors of passages, from a worker thread (``anyio.to_thread``), or
-        UpstreamError when they are not all there within the query's timeout. Those not
-        remembered yet are asked for in the background, where they go on past the
-        timeout: the next search of the same chunks finds them (a document's searches
-        read the same chunks again and again)."""
-        keys = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts]
-        with self._lock:
-            new = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._passages}
-        if new and not anyio.from_thread.run(self._fill_passages, new):
-            raise UpstreamError(
-                f"passage vectors not ready within {self.query_client.timeout:g} s; "
-                "they are being made for the next search"
-            )
-        with self._lock:
-            for k in keys:
-                self._passages.move_to_end(k)
-            found = np.array([self._passages[k] for k in keys], dtype=np.float32)
-            while len(self._passages) > PASSAGES_KEPT:
-                self._passages.popitem(last=False)
-        return found
-
-    async def _fill_passages(self, wanted: dict[bytes, str]) -> bool:
-        """Embed ``wanted`` (key: text) in a task of its own; whether it finished within
-        the query's timeout. Texts another search is waiting for are not asked twice."""
-        asked = {k: t for k, t in wanted.items() if k not in self._filling}
-        if asked:
-            self._filling.update(asked)
-            task = asyncio.get_running_loop().create_task(self._fill(asked))
-            self._later.add(task)
-            task.add_done_callback(self._later.discard)
-        deadline = asyncio.get_running_loop().time() + self.query_client.timeout
-        while any(k in self._filling for k in wanted):
-            if asyncio.get_running_loop().time() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        with self._lock:
-            return all(k in self._passages for k in wanted)
-
-    async def _fill(self, asked: dict[bytes, str]) -> None:
-        try:
-            found = (await self.passages(list(asked.values()))).astype(np.float16)
-            with self._lock:
-                self._passages.update(zip(asked, found, strict=True))
-        except ContextWindowError as exc:
-            log.info("passage vectors not made: %s", exc)
-        finally:
-            for k in asked:
-                self._filling.pop(k, None)
 
     def wake(self, session_id: str, key: str) -> None:
         """Embed what ``session_id`` lacks, soon, after the work already asked for."""
@@ -271,15 +217,14 @@ class Embedder:
         return len(batch) == BATCH
 
     async def settled(self) -> None:
-        """Wait until no session or passage waits for vectors (for tests and benchmarks;
-        while the endpoint keeps failing, this waits)."""
-        while (self._task is not None and not self._task.done()) or self._later:
-            await asyncio.wait([t for t in [self._task, *self._later] if t is not None])
+        """Wait until no session waits for vectors (for tests and benchmarks; while the
+        endpoint keeps failing, this waits)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
 
     async def aclose(self) -> None:
         """Stop embedding and close the clients."""
-        for task in [self._task, *self._later]:
-            if task is not None:
-                task.cancel()
+        if self._task is not None:
+            self._task.cancel()
         for client in (self.client, self.query_client):
             await client.aclose()
