@@ -1,12 +1,13 @@
-"""Entry vectors beside a session's journal: derived, append-only, memory-mapped.
+"""Vectors beside a session's journal or a document: derived, append-only, memory-mapped.
 
-``<session>/vectors/<model key>.f16`` holds a 16-byte header (magic and dimension),
-then one fixed-size record per embedded entry: its position in the journal's entry
-order, its id (to tell a position that a purge moved), and the unit vector in
-float16 (768 bytes for 384 dimensions). A writer takes the file's lock, cuts a torn
-last record (a crash mid-write) and appends; a reader maps the whole records and
-keeps the last one per position whose id still matches. The file is a cache: losing
-it costs embedding again, never an entry. The model key names the model and the
+``<session or document>/vectors/<model key>.f16`` holds a 16-byte header (magic and
+dimension), then one fixed-size record per vector: a position (an entry's in the
+journal's entry order), an id (the entry's, to tell a position that a purge moved; a
+passage's digest) and the unit vector in float16 (768 bytes for 384 dimensions). A
+writer takes the file's lock, cuts a torn last record (a crash mid-write) and
+appends; a reader maps the whole records and keeps the last one per position whose
+id still matches (``rows``) or per id (``lookup``). The file is a cache: losing it
+costs embedding again, never an entry. The model key names the model and the
 passage prefix, so vectors of another model are never mixed in.
 """
 
@@ -47,7 +48,7 @@ def record(dim: int) -> np.dtype[np.void]:
 
 
 class Vectors:
-    """One session's vectors for one model: read by position, written in batches."""
+    """One session's or document's vectors for one model, written in batches."""
 
     def __init__(self, directory: Path, key: str) -> None:
         self.path = directory / "vectors" / f"{key}.f16"
@@ -167,7 +168,7 @@ class Vectors:
         return len(items)
 
     def _remove_others(self) -> None:
-        """Delete the vectors of other models (or prefixes) in this session."""
+        """Delete the vectors of other models (or prefixes) in this folder."""
         for other in self.path.parent.glob("*.f16"):
             if other != self.path:
                 other.unlink(missing_ok=True)

@@ -210,4 +210,13 @@ async def test_over_stdio_the_flags_reach_a_real_server_process(
             await anyio.sleep(0.05)
         hits = await first_hits(c)
         assert sum(hit == answer for hit, (_, answer) in zip(hits, PAIRS, strict=True)) >= 8
+        # A document's passages too, once it is ingested: one record per distinct line.
+        lines = [answer for _, answer in PAIRS] + FILLERS
+        await c.call_tool("doc_ingest", {"text": "\n".join(lines), "doc_id": "notes"})
+        passages = data / "documents" / "notes" / "vectors"
+        while sum(f.stat().st_size for f in passages.glob("*.f16")) < HEADER + len(lines) * (
+            record(384).itemsize
+        ):
+            assert time.monotonic() < deadline + 60, "the passages were never embedded"
+            await anyio.sleep(0.05)
     assert set(endpoint.seen_models) == {"minilm"}
