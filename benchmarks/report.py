@@ -412,7 +412,7 @@ def _fmt(key: str, value: float) -> str:
         or key.endswith("_over_words")
     ):
         return f"{value:,.2f}x"
-    if key.endswith("_ms_per_entry"):
+    if key.endswith(("_ms_per_entry", "_ms_per_passage")):
         return f"{value:,.1f} ms"
     if key.startswith("lifecycle.schema_tokens") or key.endswith((".tokens", "_per_entry")):
         return f"{value:,.0f}"
