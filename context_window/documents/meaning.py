@@ -105,19 +105,20 @@ READ = 256  # chunks read at once while listing a document's passages
 
 
 def passage_texts(store: DocumentStore, doc_id: str, count: Count, share: int) -> list[str] | None:
-    """``doc_id``'s passages as a search splits them at ``share`` tokens, or None: more
-    than ``FILLED_AT_MOST`` of them (searched by words and ``DEPTH`` passages), or gone."""
-    out: list[str] = []
+    """``doc_id``'s distinct passages as a search splits them at ``share`` tokens, or
+    None: more than ``FILLED_AT_MOST`` of them (searched by words and ``DEPTH``
+    passages), or the document is gone."""
+    out: dict[str, None] = {}  # in order, once each (chunks overlap; logs repeat lines)
     try:
         doc = store.get(doc_id)
         for first in range(0, doc.chunks, READ):
             for chunk in store.read_chunks(doc, first, min(doc.chunks, first + READ) - 1):
-                out += (p.text for p in every_passage(chunk, share, count))
+                out.update((p.text, None) for p in every_passage(chunk, share, count))
             if len(out) > FILLED_AT_MOST:
                 return None
     except NotFound:
         return None
-    return out
+    return list(out)
 
 
 class Embeds(Protocol):
