@@ -237,12 +237,14 @@ async def test_a_fill_the_endpoint_refuses_resumes_once_it_answers(
 def test_a_document_over_the_fill_limit_is_left_to_searches(settings: SettingsFactory) -> None:
     made = settings()
     store = DocumentStore(made.data_dir, TokenCounter(made.token_ratio))
-    store.ingest(
-        text="\n".join(f"line {i} of many" for i in range(FILLED_AT_MOST + 1)), doc_id="big"
-    )
+    lines = [f"Line {i} of many." for i in range(FILLED_AT_MOST + 1)]
+    store.ingest(text="\n".join(lines), doc_id="big")
+    store.ingest(text="\n".join(lines[:-1]), doc_id="full")
     store.ingest(text=deep_text(), doc_id="small")
     count = store.counter.count
     assert passage_texts(store, "big", count, 500) is None
+    # At the limit: the lines chunks share in their overlap count once.
+    assert passage_texts(store, "full", count, 500) == lines[:-1]
     assert passage_texts(store, "gone", count, 500) is None
     found = passage_texts(store, "small", count, 500)
     assert found is not None and set(found) == set(deep_text().splitlines())  # chunks overlap
