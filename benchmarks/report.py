@@ -133,6 +133,10 @@ def _big_session(d: dict[str, Any]) -> bool:
     return bool(d["scale"]["big"]["entries"] >= 100_000)
 
 
+def _restart(low: int, high: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: low <= d["scale"]["restart"]["entries"] <= high
+
+
 def _always(_d: dict[str, Any]) -> bool:
     return True
 
@@ -144,6 +148,10 @@ TARGETS: tuple[Target, ...] = (
     Target("session.recall_large.worst_over_median", "<=", 2.0, "x", _entries("large", 100_000)),
     Target("scale.recall_worst_over_median", "<=", 2.0, "x", _big_session),
     Target("documents.restart.search.p50_ms", "<=", 50.0, "ms", _full_corpus),
+    Target("scale.restart_snapshot_s", "<=", 0.1, "s", _restart(0, 50_000)),
+    Target("scale.restart_killed_s", "<=", 0.1, "s", _restart(0, 50_000)),
+    Target("scale.restart_snapshot_s", "<=", 0.5, "s", _restart(1_000_000, 1_000_000)),
+    Target("scale.restart_killed_s", "<=", 0.5, "s", _restart(1_000_000, 1_000_000)),
     Target("engines.rebuild_over_ours", ">=", 20.0, "x", _full_corpus),
     Target("documents.ingest_mb_s", ">=", 40.0, "MB/s", _full_corpus),
     Target("server.start_to_tools_list_s", "<=", 1.0, "s", _always),

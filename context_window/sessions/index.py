@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.retrieval.bm25 import FloatArray, average_idf, idf_values, term_scores
+from context_window.sessions.keys import Keys
 
 FOLD_POSTINGS = 65_536  # postings added before a MemoryIndex merges them into its base
 
@@ -25,7 +26,7 @@ class MemoryIndex:
     """
 
     def __init__(self) -> None:
-        self._term_ids: dict[str, int] = {}
+        self._terms = Keys()  # term -> its number
         self._base_off = np.zeros(1, dtype=np.int64)
         self._base_docs = np.zeros(0, dtype=np.uint32)
         self._base_tfs = np.zeros(0, dtype=np.uint32)
@@ -47,12 +48,6 @@ class MemoryIndex:
     def __len__(self) -> int:
         return len(self._doc_len)
 
-    def _tid(self, term: str) -> int:
-        tid = self._term_ids.get(term)
-        if tid is None:
-            tid = self._term_ids[term] = len(self._term_ids)
-        return tid
-
     def _tail(self, tid: int) -> tuple[array[int], array[int]]:
         docs = self._tail_docs.get(tid)
         if docs is None:
@@ -63,8 +58,8 @@ class MemoryIndex:
     def add(self, counts: dict[str, int]) -> int:
         """Index one document's term counts; return its number."""
         doc = len(self._doc_len)
-        for term, tf in counts.items():
-            tid = self._tid(term)
+        tids = self._terms.numbers(list(counts))
+        for tid, tf in zip(tids, counts.values(), strict=True):
             docs, tfs = self._tail(tid)
             docs.append(doc)
             tfs.append(tf)
@@ -73,7 +68,7 @@ class MemoryIndex:
         self._doc_len.append(length)
         self._total_len += length
         if self._df is not None:
-            self._pending.extend(map(self._term_ids.__getitem__, counts))
+            self._pending.extend(tids)
         self._fold_if_large()
         return doc
 
@@ -94,8 +89,8 @@ class MemoryIndex:
         base = len(self._doc_len)
         ids = np.empty(len(vocabulary), dtype=np.int64)
         # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
-        for k in np.unique(term).tolist():
-            ids[k] = self._tid(vocabulary[k])
+        held = np.unique(term).tolist()
+        ids[held] = self._terms.numbers([vocabulary[k] for k in held])
         tids = ids[term]
         order = np.argsort(tids, kind="stable")  # by term; documents stay ascending
         sorted_tids = tids[order]
@@ -122,40 +117,30 @@ class MemoryIndex:
             self._fold()
 
     def _fold(self) -> None:
-        """Merge the per-term arrays into the base arrays (one stable sort by term)."""
+        """Merge the per-term arrays into the base arrays: each term's new postings go
+        after its old ones (their documents are later), in one pass over the base."""
         if not self._tail_docs:
             return
-        n_terms = len(self._term_ids)
-        base_sizes = np.diff(self._base_off)
-        tids = [*self._tail_docs]
-        tail_sizes = np.array([len(self._tail_docs[t]) for t in tids], dtype=np.int64)
-        term_of = np.concatenate(
-            (
-                np.repeat(np.arange(len(base_sizes), dtype=np.int64), base_sizes),
-                np.repeat(np.array(tids, dtype=np.int64), tail_sizes),
-            )
-        )
-        docs = np.concatenate(
-            (
-                self._base_docs,
-                np.frombuffer(b"".join(map(bytes, self._tail_docs.values())), dtype=np.uint32),
-            )
-        )
-        tfs = np.concatenate(
-            (
-                self._base_tfs,
-                np.frombuffer(b"".join(map(bytes, self._tail_tfs.values())), dtype=np.uint32),
-            )
-        )
-        order = np.argsort(term_of, kind="stable")  # base first, then tail: documents ascend
-        self._base_docs, self._base_tfs = docs[order], tfs[order]
-        self._base_off = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term_of, minlength=n_terms), out=self._base_off[1:])
+        n_terms = len(self._terms)
+        tids = np.array(sorted(self._tail_docs), dtype=np.int64)
+        sizes = np.zeros(n_terms, dtype=np.int64)
+        sizes[tids] = [len(self._tail_docs[t]) for t in tids.tolist()]
+        base_off = np.full(n_terms + 1, self._base_off[-1], dtype=np.int64)
+        base_off[: len(self._base_off)] = self._base_off
+        at = np.repeat(base_off[tids + 1], sizes[tids])  # the end of each term's old run
+        order = tids.tolist()
+        docs = b"".join(bytes(self._tail_docs[t]) for t in order)
+        tfs = b"".join(bytes(self._tail_tfs[t]) for t in order)
+        # np.insert keeps the order of values bound for the same place.
+        self._base_docs = np.insert(self._base_docs, at, np.frombuffer(docs, dtype=np.uint32))
+        self._base_tfs = np.insert(self._base_tfs, at, np.frombuffer(tfs, dtype=np.uint32))
+        self._base_off = base_off
+        self._base_off[1:] += np.cumsum(sizes)
         self._tail_docs, self._tail_tfs, self._tail_size = {}, {}, 0
 
     def _sizes(self) -> npt.NDArray[np.int64]:
         """How many documents hold each term (its posting count), by term number."""
-        out = np.zeros(len(self._term_ids), dtype=np.int64)
+        out = np.zeros(len(self._terms), dtype=np.int64)
         base = np.diff(self._base_off)
         out[: len(base)] = base
         for tid, docs in self._tail_docs.items():
@@ -163,9 +148,10 @@ class MemoryIndex:
         return out
 
     def export(self) -> tuple[list[str], dict[str, npt.NDArray[Any]]]:
-        """The index as its terms (in number order) and flat arrays, for ``restore``."""
+        """The index as its terms (in number order) and flat arrays, for ``restore``
+        (with the terms' table: see ``Keys``)."""
         self._fold()
-        offsets = np.zeros(len(self._term_ids) + 1, dtype=np.int64)
+        offsets = np.zeros(len(self._terms) + 1, dtype=np.int64)
         offsets[: len(self._base_off)] = self._base_off
         offsets[len(self._base_off) :] = self._base_off[-1]
         arrays: dict[str, npt.NDArray[Any]] = {
@@ -174,7 +160,8 @@ class MemoryIndex:
             "tfs": self._base_tfs,
             "doc_len": np.frombuffer(bytes(self._doc_len), dtype=np.uint32),
         }
-        return list(self._term_ids), arrays
+        arrays["term_hashes"], arrays["term_numbers"] = self._terms.table()
+        return self._terms.list, arrays
 
     @classmethod
     def restore(cls, terms: list[str], arrays: dict[str, npt.NDArray[Any]]) -> MemoryIndex:
@@ -190,9 +177,8 @@ class MemoryIndex:
         if len(docs) and int(docs.max()) >= len(doc_len):
             raise ValueError("a posting names a document past the end")
         out = cls()
-        out._term_ids = dict(zip(terms, range(len(terms)), strict=True))  # faster than a loop
-        if len(out._term_ids) != len(terms):
-            raise ValueError("a term is listed twice")
+        saved = "term_hashes" in arrays  # an older snapshot holds no table
+        out._terms = Keys(terms, (arrays["term_hashes"], arrays["term_numbers"]) if saved else None)
         out._base_off, out._base_docs, out._base_tfs = offsets, docs, tfs
         out._doc_len = array("I", doc_len.tobytes())
         out._total_len = int(doc_len.sum(dtype=np.int64))
@@ -221,7 +207,7 @@ class MemoryIndex:
         n = len(self._doc_len)
         if self._stats is not None and self._stats[0] == n:
             return self._stats[1], self._stats[2]
-        terms = len(self._term_ids)
+        terms = len(self._terms)
         if self._stats is None or self._df is None:
             df = self._sizes()
             doc_len = np.array(self._doc_len, dtype=np.int64)
@@ -265,7 +251,7 @@ class MemoryIndex:
             avg_idf = average_idf(df_in[present], n)
         avgdl = total_len / n
         for term in query_terms:
-            tid = self._term_ids.get(term)
+            tid = self._terms.get(term)
             if tid is None:
                 continue
             docs, tfs = self._postings(tid)
@@ -286,7 +272,7 @@ class MemoryIndex:
         Appends never change it: new documents are not excluded, so the cache only
         has to grow to the new vocabulary.
         """
-        terms = len(self._term_ids)
+        terms = len(self._terms)
         key = (len(gone), hash(gone.tobytes()))
         cached = self._excluded
         if cached is None or cached[0] != key:
@@ -305,7 +291,7 @@ class MemoryIndex:
         """Which documents contain at least one query term, whatever the sign of their score."""
         out = np.zeros(len(self._doc_len), dtype=np.bool_)
         for term in set(query_terms):
-            tid = self._term_ids.get(term)
+            tid = self._terms.get(term)
             if tid is not None:
                 out[self._postings(tid)[0]] = True
         return out

@@ -67,8 +67,8 @@ MAX_TTL_DAYS = 36_500
 PACK_OVERSHOOT = 16  # entries a recall may measure in vain beyond those it shows (pack)
 RANKED_FIRST = 512  # matches put in order before packing; all of them if it needs more
 SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
-TAIL_SHARE = 40  # or sooner (see _apply): a replay costs 40x a load per entry
-SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 80 ms)
+TAIL_SHARE = 175  # or sooner (see _apply): a replay costs 175x a load per entry
+SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 40 ms)
 # A compaction folds at most this many tokens of originals (the oldest first): one call
 # stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
 FOLD_TOKENS = 30_000
@@ -158,9 +158,9 @@ class Session:
         self._apply(records)
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records``, counting them toward the next snapshot (read or written here
-        alike): one is due once replaying them would take a start longer than loading the
-        snapshot does (1/40 of them per entry), and after ``snapshot_after`` at most."""
+        """Apply ``records``, counting them toward the next snapshot: one is due once
+        replaying them would take a start longer than loading the snapshot does (42 µs a
+        record, 0.24 µs an entry at 1M entries), and after ``snapshot_after`` at most."""
         self._state.apply(records)
         self._unsaved += len(records)
         tail = max(SNAPSHOT_MIN, len(self._state.order) // TAIL_SHARE)

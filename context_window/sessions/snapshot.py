@@ -27,7 +27,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from context_window.errors import Busy
 from context_window.journal import JournalPosition
 from context_window.retrieval.analyzer import ANALYZER_VERSION, Analyzer
 from context_window.sessions.index import MemoryIndex
+from context_window.sessions.keys import Keys
 from context_window.sessions.state import (
     Blob,
     Columns,
@@ -54,7 +55,7 @@ SNAPSHOT = "snapshot.json"
 ARRAYS = "snapshot"  # the arrays' directories: snapshot-<hex>
 OLD_SNAPSHOT = "snapshot.npz"  # an older release's (format 2): read once, then replaced
 LOCK = ".snapshot.lock"  # held while a snapshot is written
-FORMAT = 3  # 3: .npy files in a directory; 2: the same arrays in one .npz
+FORMAT = 4  # 4: with the tables of ids and terms (see keys.py); 3: without; 2: in one .npz
 _FLAGS = ("pinned", "deleted", "superseded")
 
 
@@ -88,15 +89,17 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
         "skipped": state.skipped,
         "replacers": state.replacers,
         "explicit": state.explicit,
-        "terms": terms,
     }
     entries = _entry_columns(state)
     n = len(entries)
     meta["roles"] = entries.roles
-    meta["tags"] = entries.tags
     meta["replaces"] = entries.replaces
+    id_hashes, id_numbers = state.pos.table()
     arrays: dict[str, npt.NDArray[Any]] = {
-        "ids": np.frombuffer(encode_text("\n".join(state.order)), dtype=np.uint8),
+        "ids": _joined(state.order),
+        "id_hashes": id_hashes,
+        "id_numbers": id_numbers,
+        "terms": _joined(terms),
         "texts": np.frombuffer(entries.texts.read(0, int(entries.ends[-1]) if n else 0), np.uint8),
         "text_ends": entries.ends,
         "roles": entries.role_codes,
@@ -108,12 +111,23 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
         **{k: np.frombuffer(bytes(state.flags[k]), dtype=np.uint8) for k in _FLAGS},
         **{f"ix_{k}": v for k, v in index.items()},
     }
+    assert isinstance(entries.tags, ByPosition)
+    arrays["tag_at"], arrays["tags"] = entries.tags.at, _joined(entries.tags.lines)
     try:
         with file_lock(directory / LOCK, f"the snapshot of session {directory.name!r}", 0):
             _write(directory, meta, arrays)
     except Busy:
         return False  # another process is saving one right now
     return True
+
+
+def _joined(strings: list[str]) -> npt.NDArray[np.uint8]:
+    """Strings without a newline (ids, terms) as the bytes of one text, a line each."""
+    return np.frombuffer(encode_text("\n".join(strings)), dtype=np.uint8)
+
+
+def _split(joined: npt.NDArray[Any]) -> list[str]:
+    return decode_text(bytes(joined)).split("\n") if len(joined) else []
 
 
 def _entry_columns(state: SessionState) -> Columns:
@@ -151,7 +165,9 @@ def _entry_columns(state: SessionState) -> Columns:
         roles,
         Blob(base.texts.read(0, start) + b"".join(texts)),
         np.concatenate([base.ends, ends]),
-        {**base.tags, **{n + j: r.tags for j, r in enumerate(tail) if r.tags}},
+        ByPosition.merged(
+            base.tags, {n + j: r.tags for j, r in enumerate(tail) if r.tags}, n + len(tail)
+        ),
         {**base.replaces, **{n + j: r.replaces for j, r in enumerate(tail) if r.replaces}},
     )
 
@@ -203,8 +219,7 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
         if (directory / OLD_SNAPSHOT).is_file():  # an older release's: read once, in memory
             with np.load(directory / OLD_SNAPSHOT, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
-            loaded = _state(_json(arrays.pop("meta")), arrays, counter, analyzer, None, old=True)
-            return None if loaded is None else replace(loaded, migrated=True)
+            return _state(_json(arrays.pop("meta")), arrays, counter, analyzer, None, old=True)
         return None
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
         log.warning(
@@ -249,29 +264,53 @@ def _json(arr: npt.NDArray[Any]) -> Any:
 
 
 class ByPosition(Mapping[int, tuple[str, ...]]):
-    """A snapshot's lists by position (tags), as JSON gave them: each is made a tuple
-    when asked for, so a million-entry session does not build 100k tuples to open."""
+    """A snapshot's tags by position: the positions in order, and a line of JSON for
+    each, read when asked for (a million-entry session does not parse 100k lists to
+    open)."""
 
-    def __init__(self, raw: dict[str, list[Any]]) -> None:
-        self._raw = raw
+    def __init__(self, at: npt.NDArray[np.int64], lines: list[str], n: int) -> None:
+        """ValueError unless ``at`` ascends within the ``n`` positions, a line each."""
+        if len(at) != len(lines) or (
+            len(at) and (at[0] < 0 or at[-1] >= n or np.any(np.diff(at) <= 0))
+        ):
+            raise ValueError("its tags are not listed by position")
+        self.at, self.lines = at, lines
 
     @classmethod
-    def checked(cls, raw: Any) -> ByPosition:
-        """ValueError unless ``raw`` maps positions (digits) to lists."""
-        if not isinstance(raw, dict) or not all(
-            k.isdigit() and type(v) is list for k, v in raw.items()
-        ):
-            raise ValueError("its tags are not lists by position")
-        return cls(raw)
+    def merged(cls, base: Mapping[int, Any], more: Mapping[int, Any], n: int) -> ByPosition:
+        """``base`` followed by ``more`` (at later positions), the lines of a
+        ``ByPosition`` base kept as they are."""
+        if isinstance(base, ByPosition):
+            at, lines = base.at.tolist(), list(base.lines)
+        else:
+            at = sorted(base)
+            lines = [json.dumps(base[i]) for i in at]
+        at.extend(sorted(more))
+        lines.extend(json.dumps(more[i]) for i in at[len(lines) :])
+        return cls(np.array(at, np.int64), lines, n)
+
+    @classmethod
+    def from_json(cls, raw: Any, n: int) -> ByPosition:
+        """An older form's tags: {"position": [tag, ...]}."""
+        if not isinstance(raw, dict) or not all(k.isdigit() for k in raw):
+            raise ValueError("its tags are not listed by position")
+        return cls.merged({}, {int(k): v for k, v in raw.items()}, n)
 
     def __getitem__(self, i: int) -> tuple[str, ...]:
-        return tuple(str(t) for t in self._raw[str(i)])
+        k = int(self.at.searchsorted(i))
+        if k == len(self.at) or self.at[k] != i:
+            raise KeyError(i)
+        with contextlib.suppress(ValueError):
+            tags = json.loads(self.lines[k])
+            if isinstance(tags, list):
+                return tuple(str(t) for t in tags)
+        return ()
 
     def __iter__(self) -> Iterator[int]:
-        return (int(k) for k in self._raw)
+        return iter(self.at.tolist())
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self.at)
 
 
 def _state(
@@ -284,9 +323,12 @@ def _state(
 ) -> Loaded | None:
     """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]`` (None:
     they are in memory)."""
-    if meta.get("format") != (2 if old else FORMAT) or meta.get("analyzer") != ANALYZER_VERSION:
+    form = meta.get("format")
+    if form not in ((2,) if old else (3, FORMAT)) or meta.get("analyzer") != ANALYZER_VERSION:
         return None
-    ids = decode_text(bytes(arrays["ids"])).split("\n") if len(arrays["ids"]) else []
+    # An older form holds no tables: a dict of the ids and terms is made this once.
+    table = (arrays["id_hashes"], arrays["id_numbers"]) if form == FORMAT else None
+    ids = Keys(_split(arrays["ids"]), table)
     n = len(ids)
     parts = [
         arrays[k]
@@ -313,7 +355,9 @@ def _state(
         # large folios (Linux 6 on ext4, xfs) maps megabytes around each text read.
         Blob(bytes(blob)) if texts is None else texts,
         ends,
-        ByPosition.checked(meta["tags"]),
+        ByPosition(np.asarray(arrays["tag_at"], np.int64), _split(arrays["tags"]), n)
+        if form == FORMAT
+        else ByPosition.from_json(meta["tags"], n),
         {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()},
     )
     state = SessionState.from_columns(
@@ -322,7 +366,7 @@ def _state(
         ids=ids,
         columns=columns,
         index=MemoryIndex.restore(
-            [str(t) for t in meta["terms"]],
+            _split(arrays["terms"]) if form == FORMAT else [str(t) for t in meta["terms"]],
             {k[3:]: v for k, v in arrays.items() if k.startswith("ix_")},
         ),
         seqs=np.asarray(arrays["seqs"], dtype=np.float64),
@@ -339,4 +383,4 @@ def _state(
         bytes.fromhex(meta["tail"]),
         int(meta["journal_skipped"]),
     )
-    return Loaded(state, position, float(meta["ratio"]))
+    return Loaded(state, position, float(meta["ratio"]), migrated=form != FORMAT)

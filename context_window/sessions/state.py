@@ -26,6 +26,7 @@ from context_window.models import REF, Entry
 from context_window.retrieval.analyzer import Analyzer
 from context_window.retrieval.termcount import TermCounter
 from context_window.sessions.index import MemoryIndex
+from context_window.sessions.keys import Keys
 from context_window.sessions.records import entry_problem, patch_problem
 from context_window.storage import read_at
 from context_window.tokens import TokenCounter
@@ -249,8 +250,8 @@ class SessionState:
         self.analyzer = analyzer
         self.index = MemoryIndex()
         self.records = Records(self)
-        self.order: list[str] = []  # entry ids by position in the index
-        self._pos: dict[str, int] | None = {}  # entry id -> position (see ``pos``)
+        self.pos = Keys()  # entry id -> its position in the index
+        self.order = self.pos.list  # entry ids by position
         # Per position, mirrored from the records so recall works on arrays, not dicts.
         self.seqs = array("d")
         # seq_high[i]: the latest time position among positions 0..i, so the latest
@@ -277,7 +278,7 @@ class SessionState:
         counter: TokenCounter,
         analyzer: Analyzer,
         *,
-        ids: list[str],
+        ids: Keys,
         columns: Columns,
         index: MemoryIndex,
         seqs: npt.NDArray[np.float64],
@@ -293,8 +294,7 @@ class SessionState:
         state = cls(counter, analyzer)
         n = len(ids)
         state.index = index
-        state.order = ids
-        state._pos = None  # built when an id is first looked up: a recall needs none
+        state.pos, state.order = ids, ids.list
         state.records = Records(state, columns)
         state.seqs = array("d", seqs.tobytes())
         state.seq_high = array("d", np.maximum.accumulate(seqs).tobytes() if n else b"")
@@ -307,18 +307,6 @@ class SessionState:
         state.max_seq, state.orphans, state.skipped = counts
         state.count_all()
         return state
-
-    @property
-    def pos(self) -> dict[str, int]:
-        """Entry id -> position. From a snapshot it is made on the first lookup by id, not
-        at load: hashing a million ids takes a quarter of a second, and a recall finds
-        its entries by position. An id listed twice keeps its first position, as a
-        replay does."""
-        if self._pos is None:
-            self._pos = dict(
-                zip(reversed(self.order), range(len(self.order) - 1, -1, -1), strict=True)
-            )
-        return self._pos
 
     def recount(self) -> None:
         """Estimate every entry's tokens again (the token ratio changed)."""
@@ -457,8 +445,7 @@ class SessionState:
             expires,
         )
         self.records[eid] = state
-        self.pos[eid] = len(self.order)
-        self.order.append(eid)
+        self.pos.add(eid)
         folded = [self.seqs[self.pos[r]] for r in replaces if r in self.pos]
         self.seqs.append(max(folded) + 0.5 if folded else float(seq))
         self.seq_high.append(

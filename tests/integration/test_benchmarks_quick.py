@@ -104,6 +104,8 @@ TARGETED = {
     "session.recall_large.worst_over_median",
     "scale.recall_worst_over_median",
     "documents.restart.search.p50_ms",
+    "scale.restart_snapshot_s",
+    "scale.restart_killed_s",
     "engines.rebuild_over_ours",
     "documents.ingest_mb_s",
     "server.start_to_tools_list_s",
@@ -177,6 +179,9 @@ def test_targets_are_judged_or_marked_not_applicable(quick: tuple[dict, str]) ->
     assert statuses["session.recall_large.p50_ms"] == "n/a"
     assert statuses["documents.peak_rss_mb"] == "n/a"
     assert statuses["documents.peak_rss_with_chunker_mb"] == "n/a"
+    # A restart's targets: 0.1 s up to 50k entries (judged here), 0.5 s at a million.
+    restarts = [c for c in doc["checks"] if c["metric"] == "scale.restart_killed_s"]
+    assert sorted(c["status"] != "n/a" for c in restarts) == [False, True]
 
 
 def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:

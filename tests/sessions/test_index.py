@@ -185,15 +185,20 @@ def test_folded_and_restored_index_scores_as_rank_bm25() -> None:
                 assert np.allclose(index.scores(q), reference(corpus[: i + 1], q))
     terms, arrays = index.export()
     again = MemoryIndex.restore(terms, arrays)
-    more = [[rng.choice(words) for _ in range(20)] for _ in range(50)]
+    new_words = [f"n{k}" for k in range(30)]  # terms the restored table does not hold
+    more = [[rng.choice(words + new_words) for _ in range(20)] for _ in range(50)]
     for doc in more:
         again.add(dict(Counter(doc)))
+    assert set(again._terms._added) == {w for d in more for w in d if w.startswith("n")}
     every = corpus + more
     exclude = np.zeros(len(every), dtype=np.bool_)
     exclude[::7] = True
     kept = [d for i, d in enumerate(every) if not exclude[i]]
+    queries.append(["n3", "t5"])
+    third = MemoryIndex.restore(*again.export())  # the table, the new terms merged in
     for q in queries:
-        assert np.allclose(again.scores(q), reference(every, q))
+        for restored in (again, third):
+            assert np.allclose(restored.scores(q), reference(every, q))
         expected = np.zeros(len(every))
         expected[~exclude] = reference(kept, q)
         assert np.allclose(again.scores(q, exclude=exclude), expected)

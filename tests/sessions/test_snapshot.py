@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from context_window.sessions.session import Session
-from context_window.sessions.snapshot import LOCK, SNAPSHOT
+from context_window.sessions.snapshot import FORMAT, LOCK, SNAPSHOT
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
@@ -88,9 +88,10 @@ def test_a_snapshot_gives_what_a_replay_gives(tmp_path: Path) -> None:
     assert state_of(again) == state_of(first) == replayed(data, tmp_path)
 
 
-def test_a_recall_from_a_snapshot_looks_up_no_id(tmp_path: Path) -> None:
-    # The ids' map (a quarter of a second at a million entries) is made at the first
-    # lookup by id, not at load: recall and open find their entries by position.
+def test_a_snapshot_finds_its_ids_without_hashing_them_into_a_map(tmp_path: Path) -> None:
+    # A dict of a million ids takes a third of a second to make: a state read from a
+    # snapshot finds an id through the saved table of hashes instead, and only ids
+    # appended afterwards are held in a dict.
     data = tmp_path / "data"
     build(data)
     opened(data)
@@ -99,10 +100,13 @@ def test_a_recall_from_a_snapshot_looks_up_no_id(tmp_path: Path) -> None:
     recalled = s.recall("parser timeout", 2_000)
     pins, latest = s.pinned_and_latest(5)
     assert recalled.entries and pins and latest
-    assert s._state._pos is None
     target = latest[0].id
-    assert s.update(target, pinned=True).pinned  # a lookup by id: the map is made now
-    assert s._state._pos is not None and s._state.pos[target] == s._state.order.index(target)
+    assert s.update(target, pinned=True).pinned  # found by its id
+    ids = s._state.pos
+    assert ids._added == {} and ids[target] == s._state.order.index(target)
+    assert all(ids[eid] == i for i, eid in enumerate(s._state.order))
+    new = s.append("one more entry").id
+    assert ids._added == {new: len(s._state.order) - 1} and ids.get("no-such-id") is None
 
 
 def test_a_snapshot_listing_an_id_twice_keeps_its_first_place(tmp_path: Path) -> None:
@@ -192,8 +196,10 @@ def _swapped(ends: np.ndarray) -> np.ndarray:
         "missing array",
         "missing directory",
         "pickled",
-        "tags not lists",
-        "tags not by position",
+        "tags out of order",
+        "a tag line short",
+        "ids' table unsorted",
+        "terms' table past the end",
     ],
 )
 def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) -> None:
@@ -223,10 +229,14 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
         (_arrays(folder) / "seqs.npy").unlink()
     elif damage == "missing directory":
         shutil.rmtree(_arrays(folder))
-    elif damage == "tags not lists":  # tags are made tuples only when asked for: checked first
-        _meta_with(folder, tags={"0": 5})
-    elif damage == "tags not by position":
-        _meta_with(folder, tags={"first": ["t1"]})
+    elif damage == "tags out of order":  # tags are read only when asked for: checked first
+        _rewrite(folder, "tag_at", lambda a: a[::-1])
+    elif damage == "a tag line short":
+        _rewrite(folder, "tag_at", lambda a: np.append(a, a[-1] + 1))
+    elif damage == "ids' table unsorted":  # an id would not be found: a duplicate would pass
+        _rewrite(folder, "id_hashes", lambda a: a[::-1])
+    elif damage == "terms' table past the end":
+        _rewrite(folder, "ix_term_numbers", lambda a: a + len(a))
     elif damage == "pickled":  # an object array: never unpickled
         np.save(_arrays(folder) / "seqs.npy", np.array([{"x": 1}] * 3, dtype=object))
     else:
@@ -236,27 +246,43 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
     assert opened(data).from_snapshot  # the replay saved a good one again
 
 
-def test_an_older_release_snapshot_is_read_once_and_replaced(tmp_path: Path) -> None:
-    # The previous format: the same arrays (and the meta as JSON bytes) in one .npz.
+@pytest.mark.parametrize("form", [2, 3])
+def test_an_older_release_snapshot_is_read_once_and_replaced(tmp_path: Path, form: int) -> None:
+    # Format 3: the same arrays without the tables of ids and terms, the terms and the
+    # tags in the JSON; format 2: those, and the meta as JSON bytes, in one .npz.
     data = tmp_path / "data"
     build(data)
     opened(data)
     folder = data / "sessions" / "s"
     meta = json.loads((folder / SNAPSHOT).read_text())
     arrays = {p.stem: np.load(p) for p in _arrays(folder).glob("*.npy")}
-    meta = {**meta, "format": 2}
-    del meta["arrays"]
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    meta = {**meta, "format": form, "terms": bytes(arrays.pop("terms")).decode().split("\n")}
+    lines = bytes(arrays.pop("tags")).decode().split("\n")
+    at = arrays.pop("tag_at")
+    meta["tags"] = {str(i): json.loads(t) for i, t in zip(at, lines, strict=True)}
+    assert meta["tags"]  # the old form's tags are read too
+    for key in ("id_hashes", "id_numbers", "ix_term_hashes", "ix_term_numbers"):
+        del arrays[key]
     shutil.rmtree(_arrays(folder))
-    (folder / SNAPSHOT).unlink()
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    (folder / "snapshot.npz").write_bytes(buf.getvalue())
+    if form == 2:
+        del meta["arrays"]
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        (folder / SNAPSHOT).unlink()
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        (folder / "snapshot.npz").write_bytes(buf.getvalue())
+    else:
+        (folder / meta["arrays"]).mkdir()
+        for key, value in arrays.items():
+            np.save(folder / meta["arrays"] / f"{key}.npy", value)
+        (folder / SNAPSHOT).write_text(json.dumps(meta))
     migrated = opened(data)
     assert migrated.from_snapshot and state_of(migrated) == replayed(data, tmp_path)
-    assert not (folder / "snapshot.npz").exists() and (folder / SNAPSHOT).is_file()
+    assert not (folder / "snapshot.npz").exists()
+    assert json.loads((folder / SNAPSHOT).read_text())["format"] == FORMAT
     again = opened(data)
     assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
+    assert again._state.pos._added == {}  # found through the tables the new form saved
 
 
 def test_a_calibrated_ratio_recounts_a_snapshots_tokens(tmp_path: Path) -> None:
