@@ -53,8 +53,8 @@ from context_window.models import (
 from context_window.retrieval.analyzer import QueryLimits
 from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.sessions.compaction import Compaction, keep_facts, summary_input
-from context_window.sessions.meaning import Embedder, Meaning
-from context_window.sessions.session import RANKED_FIRST, Session
+from context_window.sessions.meaning import Embedder
+from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import check_id, work_in_progress
 from context_window.tokens import TokenCounter
@@ -386,7 +386,7 @@ class Service:
             session = self.sessions.get(session_id)
             meaning = None
             if embedder is not None:
-                meaning = Meaning(query_vector, embedder.vectors(session), RANKED_FIRST)
+                meaning = embedder.meaning(session, query_vector)
 
             def reserve(candidates: int, searchable: bool) -> int:  # what the header takes
                 return extra + layout.reserve(candidates, budget, self.counter.count, searchable)[0]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import anyio
 import numpy as np
 import numpy.typing as npt
 
@@ -25,6 +26,7 @@ from context_window.llm.client import LLMClient
 from context_window.retrieval.bm25 import best_first
 from context_window.retrieval.meaning import interpolate
 from context_window.retrieval.vectors import Vectors, model_key, unit
+from context_window.sessions.session import RANKED_FIRST
 
 if TYPE_CHECKING:
     from context_window.sessions.session import Session
@@ -34,6 +36,7 @@ log = logging.getLogger("context_window")
 BATCH = 32  # entries per embeddings request
 TEXT_CHARS = 2000  # of an entry's text embedded: past a small model's window anyway
 BATCH_SECONDS = 60.0  # the longest wait for one batch's vectors (a query waits less)
+FILL_NOW = BATCH  # a recall's best word matches without a vector: embedded then
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Rows = npt.NDArray[np.int64]
@@ -56,6 +59,7 @@ class Meaning:
     query: npt.NDArray[np.float32] | None
     vectors: Vectors
     depth: int
+    fill: Callable[[Rows], bool] | None = None  # embed these positions' entries now
     used: bool = False
 
     def __call__(
@@ -77,17 +81,21 @@ def blend(
     """Scores and candidates for a recall by meaning and words: the best ``depth`` by
     words and the best ``depth`` by cosine first, by their interpolation (as 2 + it),
     then the other word matches by words alone (below 1). None when no vector can be
-    compared with the query (none yet, or another dimension)."""
+    compared with the query (none yet, or another dimension). The ``FILL_NOW`` best by
+    words that lack a vector (the entries were just appended) are embedded first."""
     vec, query, depth = meaning.vectors, meaning.query, meaning.depth
     assert query is not None
     rows = vec.rows(order)
+    words, _ = best_first(np.flatnonzero(lexical & allowed), scores, times, depth)
+    best = words[:FILL_NOW]
+    if meaning.fill is not None and np.any(rows[best] < 0) and meaning.fill(best):
+        rows = vec.rows(order)
     have = np.flatnonzero((rows >= 0) & allowed)
     if not have.size or vec.dim != len(query):
         return None
     cos = np.full(len(order), np.nan)
     cos[have] = vec.cosines(query)[rows[have]]
     near, _ = best_first(have, np.nan_to_num(cos, nan=-2.0), times, depth)
-    words, _ = best_first(np.flatnonzero(lexical & allowed), scores, times, depth)
     chosen = np.union1d(near[:depth], words[:depth])
     out = np.where(lexical & allowed, scores / (float(scores.max(initial=0.0)) + 1.0), 0.0)
     out[chosen] = 2.0 + interpolate(scores[chosen], cos[chosen])
@@ -152,6 +160,31 @@ class Embedder:
         if key not in self._vectors:
             self._vectors[key] = Vectors(session.dir, self.key)
         return self._vectors[key]
+
+    def meaning(self, session: Session, query: npt.NDArray[np.float32] | None) -> Meaning:
+        """A recall's ``meaning`` for ``session`` (on its lane, in a worker thread), which
+        embeds the best word matches lacking a vector while the query's timeout lasts."""
+        vectors = self.vectors(session)
+
+        def fill(positions: Rows) -> bool:
+            batch = session.lacking(vectors.rows, FILL_NOW, positions)
+            found = anyio.from_thread.run(self._in_time, [t for *_, t in batch]) if batch else None
+            if found is None:
+                return False
+            vectors.write([(p, e, v) for (p, e, _), v in zip(batch, found.tolist(), strict=True)])
+            return True
+
+        return Meaning(query, vectors, RANKED_FIRST, fill)
+
+    async def _in_time(self, texts: list[str]) -> npt.NDArray[np.float32] | None:
+        """Vectors of ``texts`` within the query's timeout, or None (the background fill
+        embeds them later)."""
+        with anyio.move_on_after(self.timeout):
+            try:
+                return await self.passages(texts)
+            except ContextWindowError as exc:
+                log.info("recall ranks without the entries just appended: %s", exc)
+        return None
 
     async def query(self, text: str) -> npt.NDArray[np.float32] | None:
         """The query's unit vector, or None (the endpoint failed or is cooling down: the

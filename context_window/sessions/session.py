@@ -66,7 +66,7 @@ log = logging.getLogger("context_window")
 MAX_TTL_DAYS = 36_500
 PACK_OVERSHOOT = 16  # entries a recall may measure in vain beyond those it shows (pack)
 RANKED_FIRST = 512  # matches put in order before packing; all of them if it needs more
-SNAPSHOT_AFTER = 20_000  # records replayed past the last snapshot before another is saved
+SNAPSHOT_AFTER = 4_000  # records past the last snapshot before another is saved (0.17 s)
 TAIL_SHARE = 175  # or sooner (see _apply): a replay costs 175x a load per entry
 SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 40 ms)
 # A compaction folds at most this many tokens of originals (the oldest first): one call
@@ -98,9 +98,7 @@ class Session:
         self.clock = clock
         self.journal = Journal(directory / "entries.jsonl")
         self._analyzer = analyzer or Analyzer(limits)
-        # Save a snapshot once this many records were replayed past the last one (None:
-        # never, as for a session opened read-only; one that fits is read all the same).
-        self.snapshot_after = snapshot_after
+        self.snapshot_after = snapshot_after  # None: never save one (read-only); still read
         self.from_snapshot = 0  # entries the first read took from a snapshot, not the journal
         self._clear()
         self.repairs: list[str] = []  # what opening the session had to mend, for status
@@ -542,10 +540,12 @@ class Session:
         used, omitted = packed.used_tokens + reserve, len(ranked) - len(packed.items)
         return chosen, replace(packed, used_tokens=used, budget=budget, omitted=omitted), labels
 
-    def lacking(self, rows: Callable[[list[str]], Rows], limit: int) -> list[tuple[int, str, str]]:
-        """Live entries without a vector, newest first (``SessionState.lacking``)."""
+    def lacking(
+        self, rows: Callable[[list[str]], Rows], limit: int, among: Rows | None = None
+    ) -> list[tuple[int, str, str]]:
+        """Live entries without a vector (``SessionState.lacking``)."""
         self.refresh()
-        return self._state.lacking(rows, limit, self.clock())
+        return self._state.lacking(rows, limit, self.clock(), among)
 
     def size(self) -> int:
         """How many entries the log holds, in any state (as of the last refresh)."""

@@ -510,13 +510,18 @@ class SessionState:
         return Masks(flag["pinned"], flag["deleted"], flag["superseded"], due & ~flag["pinned"])
 
     def lacking(
-        self, rows: Callable[[list[str]], npt.NDArray[np.int64]], limit: int, now: float
+        self,
+        rows: Callable[[list[str]], npt.NDArray[np.int64]],
+        limit: int,
+        now: float,
+        among: npt.NDArray[np.intp] | None = None,
     ) -> list[tuple[int, str, str]]:
-        """Up to ``limit`` live entries, newest first, without a vector in ``rows(order)``:
-        (position, id, text)."""
+        """Up to ``limit`` live entries without a vector in ``rows(order)``, newest first
+        (or those of the positions ``among``, in their order): (position, id, text)."""
         flags = self.masks(now)
-        need = np.flatnonzero((rows(self.order) < 0) & ~flags.deleted & ~flags.expired)
-        picked = need[::-1][:limit].tolist()
+        need = (rows(self.order) < 0) & ~flags.deleted & ~flags.expired
+        picked = np.flatnonzero(need)[::-1] if among is None else among[need[among]]
+        picked = picked[:limit].tolist()
         return [(p, self.order[p], self.records[self.order[p]]["text"]) for p in picked]
 
     def live_replacers(self, eid: str) -> list[str]:

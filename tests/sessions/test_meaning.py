@@ -156,6 +156,56 @@ async def test_a_down_endpoint_or_another_dimension_ranks_by_words(
         await service.aclose()
 
 
+# Every entry says "morning" once, between fillers (no credit from neighbours): by
+# words the shortest ranks first, not the answer (the last).
+MORNING = [
+    "The morning standup moved to half past nine on Tuesdays.",
+    "Morning report.",
+    "Morning yoga class starts at seven in the community hall downstairs.",
+    "Fresh bread rolls arrive at the bakery every morning before eight o'clock.",
+    "Our car died this morning.",
+]
+MORNING_QUESTION = "Which vehicle broke down this morning?"
+
+
+async def test_a_recall_right_after_the_appends_embeds_its_best_word_matches(
+    settings: SettingsFactory, endpoint: Endpoint
+) -> None:
+    # The entries were written by a server without meaning: none has a vector when a
+    # server with meaning is first asked. The recall embeds its best word matches
+    # (the FILL_NOW best by words, not the fillers, which share no word) before it
+    # ranks, so meaning ranks them at once; the background fill does the rest.
+    plain = Service(settings())
+    try:
+        async with Client(build_server(plain)) as c:
+            await c.call_tool("context_open", {"session_id": "s"})
+            for text in [
+                t for pair in zip(FILLERS[:5], MORNING, strict=True) for t in pair
+            ] + FILLERS[5:]:
+                await c.call_tool("context_append", {"session_id": "s", "text": text})
+            ask = {"session_id": "s", "query": MORNING_QUESTION, "budget_tokens": 400}
+            result = await c.call_tool("context_recall", ask)
+            assert result.structured_content["entries"][0]["text"] == MORNING[1]  # type: ignore[index]
+    finally:
+        await plain.aclose()
+    service = Service(embed_settings(settings, endpoint))  # type: ignore[arg-type]
+    vectors = Path(service.settings.data_dir) / "sessions" / "s" / "vectors"
+    try:
+        async with Client(build_server(service)) as c:
+            result = await c.call_tool("context_recall", ask)
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert "words only" not in text.splitlines()[0]
+            assert result.structured_content["entries"][0]["text"] == MORNING[-1]  # type: ignore[index]
+            first = endpoint.inputs[: len(MORNING) + 1]  # before the background fill's
+            assert sorted(first) == sorted([MORNING_QUESTION, *MORNING])  # no filler
+            assert service.embedder is not None
+            await service.embedder.settled()
+            (path,) = vectors.glob("*.f16")
+            assert path.stat().st_size == HEADER + len(MORNING + FILLERS) * record(384).itemsize
+    finally:
+        await service.aclose()
+
+
 async def test_vectors_survive_a_restart_and_a_torn_record(
     settings: SettingsFactory, endpoint: Endpoint
 ) -> None:
