@@ -427,10 +427,15 @@ def _fmt(key: str, value: float) -> str:
     return f"{value:.3f}"
 
 
+def _judged(check: dict[str, Any]) -> bool:
+    return bool(check["status"] != "n/a")
+
+
 def table(metrics: dict[str, float], details: dict[str, Any], meta: dict[str, Any]) -> str:
     """The results as an aligned text table, each target next to its figure."""
     labels = _labels(details)
-    by_metric = {c["metric"]: c for c in checks(metrics, details)}
+    # A metric with targets at two scales shows the one this run is judged by.
+    by_metric = {c["metric"]: c for c in sorted(checks(metrics, details), key=_judged)}
     rows = [("metric", "value", "target", "status")]
     for key in (k for k in METRIC_KEYS if k in metrics):
         c = by_metric.get(key)

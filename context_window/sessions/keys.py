@@ -103,11 +103,6 @@ class Keys:
         self.list.append(key)
         return n
 
-    def number(self, key: str) -> int:
-        """The number of ``key``, added first if it is new."""
-        n = self.get(key)
-        return self.add(key) if n is None else n
-
     def table(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
         """The sorted hashes of every string and each one's number, to be saved: the
         saved table with the strings added since merged in."""

@@ -3,9 +3,10 @@
 ``Meaning`` (``blend``) ranks a recall's candidates by ``retrieval.meaning.interpolate``:
 the best ``depth`` entries by words and the best ``depth`` by cosine to the query.
 ``Embedder`` fills each session's vectors in the background, newest entries first,
-in batches, never on an append's or a recall's path; an endpoint that is down, slow
-or answers another dimension only delays them (``LLMClient`` cools down after a
-failure), and recall ranks by words until they are there.
+in batches, never on an append's path; a recall that comes first embeds its best word
+matches itself, within the query's timeout. An endpoint that is down, slow or answers
+another dimension only delays them (``LLMClient`` cools down after a failure), and
+recall ranks by words until they are there.
 """
 
 from __future__ import annotations

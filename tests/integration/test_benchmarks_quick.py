@@ -182,6 +182,8 @@ def test_targets_are_judged_or_marked_not_applicable(quick: tuple[dict, str]) ->
     # A restart's targets: 0.1 s up to 50k entries (judged here), 0.5 s at a million.
     restarts = [c for c in doc["checks"] if c["metric"] == "scale.restart_killed_s"]
     assert sorted(c["status"] != "n/a" for c in restarts) == [False, True]
+    row = next(line for line in quick[1].splitlines() if "longest tail a SIGKILL" in line)
+    assert "<= 0.1 s" in row and row.split()[-1] in {"PASS", "MISS"}  # the judged one
 
 
 def test_meta_and_details_are_recorded(quick: tuple[dict, str]) -> None:
