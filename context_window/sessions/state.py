@@ -310,8 +310,8 @@ class SessionState:
 
     def recount(self) -> None:
         """Estimate every entry's tokens again (the token ratio changed)."""
-        for eid, rec in self.records.items():
-            rec["tokens"] = self.costs[self.pos[eid]] = self.counter.count(rec["text"])
+        for i, (_, rec) in enumerate(self.records.items()):  # items() is in position order
+            rec["tokens"] = self.costs[i] = self.counter.count(rec["text"])
         self.count_all()
 
     def count_all(self) -> None:
