@@ -105,6 +105,13 @@ def blend(
     return out, mask
 
 
+def _records(
+    batch: list[tuple[int, str, str]], found: npt.NDArray[np.float32]
+) -> list[tuple[int, str, list[float]]]:
+    """(position, id, vector) of each entry of ``batch`` (``Session.lacking``'s), to write."""
+    return [(pos, eid, v) for (pos, eid, _), v in zip(batch, found.tolist(), strict=True)]
+
+
 @dataclass
 class Embedder:
     """Fills the vectors of the sessions it is told about, one batch at a time.
@@ -172,7 +179,7 @@ class Embedder:
             found = anyio.from_thread.run(self._in_time, [t for *_, t in batch]) if batch else None
             if found is None:
                 return False
-            vectors.write([(p, e, v) for (p, e, _), v in zip(batch, found.tolist(), strict=True)])
+            vectors.write(_records(batch, found))
             return True
 
         return Meaning(query, vectors, RANKED_FIRST, fill)
@@ -246,8 +253,7 @@ class Embedder:
         if not batch:
             return False
         found = await self.passages([t for _, _, t in batch])
-        items = [(pos, eid, v) for (pos, eid, _), v in zip(batch, found.tolist(), strict=True)]
-        await asyncio.to_thread(vectors.write, items)
+        await asyncio.to_thread(vectors.write, _records(batch, found))
         return len(batch) == BATCH
 
     async def settled(self) -> None:
