@@ -1,12 +1,6 @@
-"""Fitting into a token budget, in one place.
-
-``pack``: items in rank order, skipping what does not fit. ``leading``: the longest run
-of items from the start. ``fit_lines``: a header and as many lines as fit, with a note
-on the rest. ``header_reserve`` and ``settle``: room for an answer's own header.
-``fit_chunks``: a window's chunks with their labels. ``fit_data``: structured data
-whose JSON fits. (The longest prefix of one text within
-a budget is ``tokens.longest_prefix``.)
-"""
+"""Fitting into a token budget, in one place: ``pack`` (ranked items, skipping what does
+not fit), ``leading``, ``fit_lines``, ``header_reserve``/``settle`` (an answer's own
+header), ``fit_chunks`` and ``fit_data`` (JSON)."""
 
 from __future__ import annotations
 
@@ -92,10 +86,7 @@ def pack(
 
 
 def leading(costs: Iterable[int] | npt.NDArray[np.integer], budget: int) -> int:
-    """How many items from the start fit ``budget`` together (none skipped).
-
-    Costs are read only until the budget is passed, so a lazy iterable may be given.
-    """
+    """How many items from the start fit ``budget`` together; a lazy iterable will do."""
     if isinstance(costs, np.ndarray):
         return int(np.searchsorted(np.cumsum(costs), budget, side="right"))
     used = taken = 0
@@ -135,11 +126,8 @@ def fit_lines(
 
 
 def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> tuple[int, bool]:
-    """Tokens to keep for an answer's header, and whether the header must be terse.
-
-    ``widest(terse)`` renders the header at its widest (the largest numbers it can
-    show). The full header is used while it takes at most half the budget.
-    """
+    """Tokens to keep for an answer's header (``widest(terse)`` at its widest), and
+    whether it must be terse: the full header takes at most half the budget."""
     for terse in (False, True):
         need = count(widest(terse)) + 2  # and the blank line after it
         if need <= budget // 2:
@@ -148,11 +136,8 @@ def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> 
 
 
 def settle(render: Callable[[int], str], budget: int, count: Count) -> tuple[str, int]:
-    """An answer whose header states its own size: ``render(used)`` and ``used``.
-
-    ``used`` is the estimate of the answer rendered with the widest figure (the
-    budget), so it is never below the estimate of the text returned.
-    """
+    """``render(used)`` and ``used``, estimated with the widest figure (the budget), so
+    never below the estimate of the text returned."""
     used = count(render(budget))
     return render(used), used
 

@@ -1,11 +1,6 @@
-"""Passages: a chunk's lines (or paragraphs, or a long line's sentences) as shown in
-an answer, with their shapes and BM25 scores.
-
-The best-ranked chunks are split into passages, which are scored with BM25 (idf from
-the document index, lengths relative to the other passages), plus half the score of
-the passages just before and after (an answer often sits beside the line that names
-the topic). A passage's shape is its words once numbers, ids and addresses are masked.
-"""
+"""Passages: a chunk's lines (or paragraphs, or a long line's sentences) as an answer
+shows them, scored by BM25 plus half their neighbours' scores, with their shapes
+(words once numbers, ids and addresses are masked)."""
 
 from __future__ import annotations
 
@@ -21,9 +16,8 @@ from context_window.models import Chunk, Count, Hit
 from context_window.retrieval.bm25 import K1, NEIGHBOUR_WEIGHT, B
 
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
-# A token holding a digit (a number, time, id, address or versioned name) is masked in a
-# passage's shape, so lines that differ only in those have one shape.
-# (The look-behind only starts a match at a token's start: the same result, less backtracking.)
+# A token holding a digit is masked in a passage's shape: lines differing only in numbers,
+# times, ids or addresses share one shape.
 _VARIABLE = re.compile(r"(?<![\w.:/@$+-])[\w.:/@$+-]*\d[\w.:/@$+-]*")
 # The same for ASCII text, where spelling the classes out spares Unicode look-ups (~40 %).
 _VARIABLE_ASCII = re.compile(
@@ -64,12 +58,8 @@ class Passage:
 
 
 def split_passages(chunk: Chunk, max_tokens: int, count: Count) -> list[Passage]:
-    """A chunk's passages: lines, a wrapped paragraph's lines joined, a long line's sentences.
-
-    A line continues the one before it (as hard-wrapped prose does) when that one does
-    not end a sentence or a record and this one starts in lower case; log records,
-    list items and code lines each stay a passage of their own.
-    """
+    """A chunk's passages: lines, a wrapped paragraph's lines joined, a long line's
+    sentences. Log records, list items and code lines each stay a passage of their own."""
     out: list[Passage] = []
     base = max(chunk.line, 1)
     run: list[tuple[int, str]] = []
@@ -138,12 +128,8 @@ def _digit_twins_key(text: str) -> bytes:
 
 
 class Shapes:
-    """``shape`` for many passages: texts that differ only in their digits share one.
-
-    Masking is a regular-expression pass over the text; the lines of a log mostly
-    differ in their numbers, and zeroing every digit (a byte translation) keeps the
-    token boundaries, so such lines are shaped once.
-    """
+    """``shape`` for many passages, once per text up to its digits (a log's lines mostly
+    differ in their numbers)."""
 
     def __init__(self) -> None:
         self._known: dict[bytes, str] = {}
@@ -164,14 +150,8 @@ def word_count(text: str) -> int:
 
 
 class Scorer:
-    """Scores passages for one query: BM25 over words, with the index's idf.
-
-    Only the words that can yield a query term are analysed: those holding one of
-    the query's ``prefilter`` keys, found by one scan of the lowercased text. Each
-    distinct raw word is analysed once (its query terms are remembered). A passage's
-    length is its count of raw words (of whitespace-separated words for a line that
-    is only context), relative to the average of the candidate passages.
-    """
+    """Scores passages for one query: BM25 over words, with the index's idf. Only words
+    holding a ``prefilter`` key are analysed, each distinct word once."""
 
     def __init__(
         self,
@@ -212,13 +192,8 @@ class Scorer:
         return self.count(words) if words else {}
 
     def line_terms(self, line: str) -> tuple[dict[str, int], int]:
-        """A line's query terms (as ``terms_of``) and its length in raw words.
-
-        Log lines mostly differ in their numbers: lines that differ only in which digits
-        they hold have the same words but for digit runs (identifier parts split at
-        digits), so, when no query term holds a digit, they hold the same query terms
-        and are read once.
-        """
+        """A line's query terms and its length in raw words; when no query term holds a
+        digit, lines differing only in their digits are read once."""
         key: str | bytes = line
         if self._digit_blind:
             key = _digit_twins_key(line)
@@ -282,13 +257,9 @@ _WRAPPED = regex.compile(r"[^.!?:;)\]}>\"'\s]\r?\n[ \t]*\p{Ll}")
 
 
 def prefilter(query: Sequence[str]) -> tuple[str, ...]:
-    """Lowercase strings one of which every word yielding a query term contains.
-
-    A Snowball stem is its word's prefix but for its last letter (retry -> retri), and
-    an identifier part is a substring of the whole, so the stem less its last letter
-    is found in the line (Snowball's few irregular forms, such as dying -> die, are
-    the exception); what the filter lets through is checked exactly afterwards.
-    """
+    """Lowercase strings one of which every word yielding a query term contains: a
+    Snowball stem less its last letter (rare irregular stems aside); matches are checked
+    exactly afterwards."""
     return tuple(sorted({t[:-1] if len(t) > 3 else t for t in query}))
 
 
@@ -313,11 +284,9 @@ def candidate_passages(
     scorer: Scorer,
     seen: set[tuple[str, int]],
 ) -> list[Group]:
-    """Per hit, its passages near a possible match, scored; lines in ``seen`` are left out.
-
-    A chunk of records (log lines, code, lists) yields only the lines that may match
-    and the lines beside them; a chunk of wrapped prose is split whole.
-    """
+    """Per hit, its passages near a possible match, scored; lines in ``seen`` are left
+    out. A chunk of records yields the lines that may match and their neighbours; prose
+    is split whole."""
     groups: list[Group] = []
     for hit in hits:
         text = hit.chunk.text
@@ -357,11 +326,7 @@ def every_passage(chunk: Chunk, share: int, count: Count) -> list[Passage]:
 
 
 def _near(chunk: Chunk, share: int, count: Count, scorer: Scorer) -> list[Passage]:
-    """The lines of a chunk of records holding a query term, and the lines beside them.
-
-    A line's terms and length are found here, unless it is cut into sentences (each
-    is then counted alone).
-    """
+    """The lines of a chunk of records holding a query term, and the lines beside them."""
     lines = chunk.text.split("\n")
     found = [scorer.line_terms(line) for line in lines]
     base = max(chunk.line, 1)
@@ -387,12 +352,8 @@ def _near(chunk: Chunk, share: int, count: Count, scorer: Scorer) -> list[Passag
 def surroundings(
     group: Group, shown: Sequence[Passage]
 ) -> list[tuple[int, int, Passage | int, int]]:
-    """``(distance, line, what, characters)`` for each line of the chunk that is not shown.
-
-    ``what`` is the passage (prose groups hold them all) or, in a chunk of records, the
-    line's index in the chunk: such a line becomes a passage only if the budget
-    reaches it (see ``materialize``).
-    """
+    """``(distance, line, what, characters)`` for each line of the chunk not shown;
+    ``what`` is the passage, or in a chunk of records the line's index (``materialize``)."""
     firsts = sorted(p.first for p in shown)
     taken = set(firsts)
     if group.full:
@@ -451,11 +412,8 @@ def smooth(groups: Sequence[Group]) -> None:
 
 
 def idf_of(query: Sequence[str], n_chunks: int, doc_freq: Callable[[str], int]) -> dict[str, float]:
-    """Per query term, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the chunks: never negative.
-
-    Passages are scored within a few chunks, so a term in most chunks must still
-    count for a little, not flip the sign of a passage's score.
-    """
+    """Per query term, ``ln(1 + (N - df + 0.5) / (df + 0.5))``: never negative, so a term in
+    most chunks still counts a little."""
     out: dict[str, float] = {}
     for t in set(query):
         df = doc_freq(t)

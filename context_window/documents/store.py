@@ -1,10 +1,8 @@
 """The document store: ingest, list, forget, search, page with a cursor, cache summaries.
 
-A document lives in ``<data>/documents/<id>/`` (layout in ``build`` and
-``index``). Only directories with a valid ``meta.json`` are documents; hidden
-``.tmp-*`` and ``.trash-*`` directories are work in progress or leftovers. Reads
-touch only what they need: the chunk table and index are memory-mapped, and chunk
-texts are read from ``source.txt`` by byte offset, never the whole file.
+A document is ``<data>/documents/<id>/`` with a valid ``meta.json`` (layout in ``build``
+and ``index``); hidden ``.tmp-*`` and ``.trash-*`` directories are work or leftovers.
+Reads memory-map the index and read chunk texts from ``source.txt`` by byte offset.
 """
 
 from __future__ import annotations
@@ -77,10 +75,8 @@ R = TypeVar("R")
 def _steady(
     read: Callable[Concatenate[DocumentStore, P], R],
 ) -> Callable[Concatenate[DocumentStore, P], R]:
-    """A read that, if it fails on the files (another process may have replaced or forgot
-    the document under it), runs once more under ``guard``, when no replace can happen,
-    on the document as it is now. Readers see the old version or the new one; a document
-    that is really damaged fails the second time too."""
+    """A read that, failing on the files (another process may have replaced the document),
+    runs once more under ``guard`` on the document as it is now."""
 
     @functools.wraps(read)
     def wrapper(store: DocumentStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -141,12 +137,9 @@ class DocumentStore:
         self.analyzer = Analyzer(query_limits)
 
     def recover(self) -> list[str]:
-        """Put back every document whose replace a crash interrupted, and remove the work
-        directories of ingests no living process holds; returns the restored ids.
-
-        An explicit step at start-up (``Service`` takes it), never a side effect of
-        opening the store: the CLI's read-only commands only report such leftovers.
-        """
+        """Put back every document whose replace a crash interrupted, and remove work
+        directories no living process holds; returns the restored ids. Done at start-up
+        by ``Service``, never by opening the store."""
         if not self.root.is_dir():
             return []
         restored = recover_replaced(self.root)  # a replace killed between its renames
@@ -161,9 +154,7 @@ class DocumentStore:
         return None if found is None else dict(found[0])
 
     def _parsed(self, doc_id: str) -> tuple[dict[str, Any], DocInfo] | None:
-        """meta.json and its DocInfo, parsed again only when the file changed (its inode,
-        mtime or size: every write replaces it), so listing many documents costs a stat
-        each."""
+        """meta.json and its DocInfo, parsed again only when the file changed."""
         path = f"{self.root}/{doc_id}/meta.json"
         stamp = file_stamp(path)
         return None if stamp is None else self._parse(doc_id, path, stamp)
@@ -204,18 +195,10 @@ class DocumentStore:
         return list(docs)
 
     def _searchable(self) -> list[DocInfo]:
-        """Every complete document, for a search over all of them, with a stat of the
-        documents directory alone while it is unchanged.
-
-        A document is added, replaced or forgotten only by a rename in that directory,
-        which changes its mtime; what changes in place (a cursor, a summary, a title
-        an import restores) is not what a search reads, and hits take their titles
-        from ``meta`` afresh. A listing is reused only once the directory's mtime is
-        ``SETTLED_NS`` older than the listing: a file system's clock ticks coarsely,
-        and a change in the same tick as the listing would keep the same mtime. An
-        mtime on a whole second may come from a file system that keeps no fractions
-        (FAT, ext3, HFS+): then the wait is ``COARSE_SETTLED_NS``.
-        """
+        """Every complete document, for a search over all of them. Documents change only
+        by renames in the documents directory, so the listing is reused while its mtime
+        holds, once that is ``SETTLED_NS`` old (``COARSE_SETTLED_NS`` for whole-second
+        mtimes, as FAT, ext3 and HFS+ keep)."""
         began = time.time_ns()
         stamp = file_stamp(self.root)
         last = self._searched
@@ -274,12 +257,9 @@ class DocumentStore:
                     self._guarded = False
 
     def update_meta(self, doc_id: str, expect: str | None = None, **changes: Any) -> DocInfo:
-        """Change fields of meta.json: read, change and write it atomically under ``guard``.
-
-        With ``expect`` (a sha256), nothing is written unless the document still holds
-        that text: a cursor or a summary of the old version must not land on a new one
-        that another process ingested meanwhile. A forgotten document is never recreated.
-        """
+        """Change fields of meta.json atomically under ``guard``. With ``expect`` (a sha256),
+        nothing is written unless the document still holds that text; a forgotten
+        document is never recreated."""
         with self.guard():
             meta = self.read_meta(doc_id)
             if meta is None:
@@ -337,9 +317,8 @@ class DocumentStore:
                 self.drop_cached(doc_id)
 
     def drop_cached(self, doc_id: str) -> None:
-        # Never close the mappings here: a reader in another thread may still be using
-        # this table. Its terms.bin and arrays are unmapped when the last reference goes,
-        # and a mapping stays valid after its file is renamed or unlinked.
+        # Never close the mappings: another thread may still read them, and they are
+        # unmapped with the last reference (a mapping outlives its file's rename).
         self._tables.pop(doc_id, None)
 
     def ingest(
@@ -467,10 +446,8 @@ class DocumentStore:
         docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         corpus = self._corpus(tables)
-        # Read the pool's chunks (see ranking.pool); while most earn a hit of their own, a
-        # higher limit can show more: read twice as many (up to the limit) and redo. When
-        # every match fits in the budget with the others, read them at once. (What is read
-        # depends on the documents, not on the limit, but for its cap.)
+        # Read the pool's chunks (ranking.pool); while most earn a hit of their own, read
+        # twice as many (up to the limit) and redo.
         every = len(ranked) < max(top, READ_AT_ONCE)
         whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
         want = top if every and whole <= budget - reserve else pool(meaning)
@@ -501,15 +478,10 @@ class DocumentStore:
         reserve: int = 0,
         move_cursor: bool = True,
     ) -> Window:
-        """Chunks in order from ``first`` (default: the cursor) within budget; moves the cursor.
-
-        With ``line``, the window opens ``LINE_CONTEXT`` lines above that source line.
-        Each chunk costs its text, its ``label`` line and a separator; ``reserve``
-        tokens are kept for the caller's header, so the whole answer fits ``budget``.
-        With ``session_id`` the cursor is that session's own (see ``doccursors``),
-        else the document's shared cursor in meta.json; ``move_cursor=False`` reads
-        without moving it (a person paging from the command line).
-        """
+        """Chunks in order from ``first`` (default: the cursor) within ``budget`` less
+        ``reserve``; moves the cursor unless ``move_cursor`` is False. ``line`` opens
+        ``LINE_CONTEXT`` lines above that source line; ``session_id`` uses that session's
+        own cursor."""
         doc = self.get(doc_id)
         folder = self.root / doc.id
         cursor = doc.cursor if session_id is None else read_cursor(folder, session_id)

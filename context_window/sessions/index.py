@@ -177,8 +177,7 @@ class MemoryIndex:
         if len(docs) and int(docs.max()) >= len(doc_len):
             raise ValueError("a posting names a document past the end")
         out = cls()
-        saved = "term_hashes" in arrays  # an older snapshot holds no table
-        out._terms = Keys(terms, (arrays["term_hashes"], arrays["term_numbers"]) if saved else None)
+        out._terms = Keys(terms, (arrays["term_hashes"], arrays["term_numbers"]))
         out._base_off, out._base_docs, out._base_tfs = offsets, docs, tfs
         out._doc_len = array("I", doc_len.tobytes())
         out._total_len = int(doc_len.sum(dtype=np.int64))

@@ -1,17 +1,10 @@
 """Session logs: append-only entries and patches, replayed last-value-wins, ranked for recall.
 
-A session lives in ``<data>/sessions/<id>/``: ``meta.json`` (id, title,
-created_at) and ``entries.jsonl`` (``sessionstore`` finds and opens them). Entry
-records never change; patch records set ``pinned``, ``deleted`` or ``superseded``
-later. A compaction is one entry record (role ``summary``) whose ``replaces``
-lists the entries it folds: replay marks those superseded, so a summary and the
-retirement of its originals land in one line and a torn write leaves the
-originals live rather than half-replaced.
-
-An entry is superseded while some summary that replaces it is not deleted (or
-when a patch says so explicitly): deleting a summary brings its originals back.
-A summary takes the place in time of the newest entry it folds, so recall shows
-it where its content happened, not after the entries that were kept.
+``<data>/sessions/<id>/`` holds ``meta.json`` and ``entries.jsonl``. Entry records never
+change; patch records set ``pinned``, ``deleted`` or ``superseded`` later. A compaction
+is one summary entry whose ``replaces`` lists what it folds, so a torn write leaves the
+originals live, never half-replaced. Deleting a summary brings its originals back; a
+summary sits in time where the newest entry it folds was.
 """
 
 from __future__ import annotations
@@ -134,17 +127,13 @@ class Session:
             self.save_due()
 
     def _catch_up(self) -> None:
-        """Apply what was appended since the last read (under the lock); replay a rewritten log.
-
-        A first read starts from the snapshot, when there is one that this journal
-        still matches: then only what was appended after it is replayed.
-        """
+        """Apply what was appended since the last read (under the lock), starting from
+        the snapshot when this journal still matches it; replay a rewritten log."""
         if self.journal.offset == 0 and not self._state.order:
             loaded = snapshot.load(self.dir, self.counter, self._analyzer)
             if loaded is not None and self.journal.resume(loaded.position):
                 self._state, self._ratio_seen = loaded.state, loaded.ratio
                 self.from_snapshot = len(loaded.state.order)
-                self.snapshot_due = loaded.migrated and self.snapshot_after is not None
         records = self.journal.read_new()
         if self.journal.generation != self._generation:  # purged by some process
             self._clear()
@@ -171,12 +160,9 @@ class Session:
         return 0 if self.snapshot_after is None else self._unsaved
 
     def save_snapshot(self) -> bool:
-        """Save a snapshot of the state now; False when another process is saving one at
-        that moment (OSError if it cannot be written).
-
-        The position is taken under the lock right after catching up, so the state
-        saved is exactly the journal up to it (this session's own writes included).
-        """
+        """Save a snapshot of the state now (OSError if it cannot be written); False when
+        another process is saving one. Taken under the lock right after catching up, so
+        it is exactly the journal up to its position."""
         with self.journal.locked():
             self._catch_up()
             at = self.journal.position()
@@ -201,11 +187,8 @@ class Session:
     def entries(
         self, *, include_superseded: bool = False, include_hidden: bool = False
     ) -> list[Entry]:
-        """Entries in time order: live ones, plus superseded ones, or every one if asked.
-
-        ``include_hidden`` adds deleted and expired entries too (for people inspecting
-        the log); ``include_superseded`` adds only entries folded into a summary.
-        """
+        """Entries in time order: live ones; ``include_superseded`` adds those folded into
+        a summary, ``include_hidden`` every one (deleted and expired too)."""
         self.refresh()
         now = self.clock()
         m = self._state.masks(now)
@@ -242,14 +225,8 @@ class Session:
         return self._time_ordered_at(np.flatnonzero(mask))
 
     def _latest(self, last: int, now: float) -> npt.NDArray[np.intp]:
-        """The ``last`` latest live unpinned positions, in time order (the end of
-        ``_time_ordered`` over them all, ties by position).
-
-        Positions are looked at from the end, a block at a time: once the block holds
-        ``last`` of them and no earlier position is later in time (``seq_high``), the
-        rest cannot change the answer. Appends come in time order, so one small block
-        usually does.
-        """
+        """The ``last`` latest live unpinned positions, in time order, found from the end
+        a block at a time: appends come in time order, so one small block usually does."""
         state = self._state
         n = len(state.order)
         seqs = np.frombuffer(state.seqs, dtype=np.float64)
@@ -332,12 +309,8 @@ class Session:
         return self._entry(eid)
 
     def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
-        """The oldest live unpinned entries beyond the ``keep_recent`` most recent ones, as
-        many as hold ``max_tokens`` together (two at least): one bounded batch.
-
-        Chosen on the arrays, so only the batch's entries are built; the foldable
-        entries left for later compactions are counted in the plan.
-        """
+        """The oldest live unpinned entries beyond the ``keep_recent`` newest, as many as
+        hold ``max_tokens`` (two at least): one bounded batch, chosen on the arrays."""
         if not 0 <= keep_recent <= 10_000:
             raise InvalidInput(f"keep_recent must be between 0 and 10000, not {keep_recent}")
         self.refresh()
@@ -359,11 +332,8 @@ class Session:
     def commit_summary(
         self, plan: CompactionPlan, text: str, method: str, kept_facts: Sequence[str] = ()
     ) -> Entry:
-        """Append the summary that replaces ``plan``'s entries, if they are all still live.
-
-        ``kept_facts`` are the facts of the originals the summary text had lost; the
-        caller has already appended them to ``text``, and the record lists them.
-        """
+        """Append the summary that replaces ``plan``'s entries, if they are all still live;
+        ``kept_facts`` (already appended to ``text``) are listed in the record."""
         record: dict[str, Any] = {
             "kind": "entry",
             "id": new_id("s"),
@@ -518,11 +488,9 @@ class Session:
         now: float,
         dated: bool,
     ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
-        """Greedy in rank order: each entry costs its text, its label and a separator line.
-        Returns the chosen entries by position, in rank order, and their labels by id.
-        An entry is built (and its label measured) only while its text still fits. Only
-        the first ``listed`` of ``ranked`` are in order (see ``pack``'s ``beyond``).
-        """
+        """Greedy in rank order: each entry costs its text, its label and a separator.
+        The chosen positions in rank order and their labels by id; only the first
+        ``listed`` of ``ranked`` are in order (see ``pack``'s ``beyond``)."""
         built: dict[int, tuple[Entry, str]] = {}  # not ranked.tolist(): few are measured
 
         def measure(k: int) -> int:
@@ -563,12 +531,8 @@ class Session:
         )
 
     def purge(self, *, dry_run: bool = False) -> Purged:
-        """Rewrite the log without deleted or expired entries (and their patches), atomically.
-
-        Everything else is kept as it was written, so pins, compactions and their
-        originals survive. A removed entry that a live summary folded may still be
-        paraphrased in that summary's text: the result names those pairs.
-        """
+        """Rewrite the log without deleted or expired entries (and their patches),
+        atomically; the result names removed entries that a live summary folded."""
         with self.journal.locked():
             self._catch_up()
             now = self.clock()

@@ -12,9 +12,7 @@ the previous snapshot or none, never a torn one. The snapshot is a cache, never
 trusted over the journal: it is used only when the journal still starts with those
 bytes and holds the same bytes before that offset, when its format, the analyzer and
 every part agree; anything else and the session is replayed from its first line.
-
-An older release's ``snapshot.npz`` (one zip of the same arrays) is read once with
-``np.load`` and the next save writes the current form in its place.
+Earlier formats never shipped in a release: such a snapshot is replayed over and replaced.
 """
 
 from __future__ import annotations
@@ -53,9 +51,8 @@ log = logging.getLogger("context_window")
 
 SNAPSHOT = "snapshot.json"
 ARRAYS = "snapshot"  # the arrays' directories: snapshot-<hex>
-OLD_SNAPSHOT = "snapshot.npz"  # an older release's (format 2): read once, then replaced
 LOCK = ".snapshot.lock"  # held while a snapshot is written
-FORMAT = 4  # 4: with the tables of ids and terms (see keys.py); 3: without; 2: in one .npz
+FORMAT = 4  # 4: with the tables of ids and terms (see keys.py)
 _FLAGS = ("pinned", "deleted", "superseded")
 
 
@@ -66,7 +63,6 @@ class Loaded:
     state: SessionState
     position: JournalPosition
     ratio: float
-    migrated: bool = False  # read from an older release's file: save the current form
 
 
 def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> bool:
@@ -176,7 +172,7 @@ def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[
     """Write the arrays to a new directory, then point ``snapshot.json`` at it; under the
     snapshot lock, so what is not named by it was left by killed or earlier writers."""
     current = read_json(directory / SNAPSHOT) or {}
-    _sweep(directory, keep={str(current.get("arrays")), OLD_SNAPSHOT})  # the old stays usable
+    _sweep(directory, keep={str(current.get("arrays"))})  # the old stays usable
     name = f"{ARRAYS}-{secrets.token_hex(4)}"
     work = directory / f".{name}.tmp"
     work.mkdir()
@@ -192,12 +188,9 @@ def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[
 
 
 def _sweep(directory: Path, keep: set[str]) -> None:
-    """Remove the snapshot's array directories, temporary files and an older release's
-    snapshot file, except those named in ``keep``."""
+    """Remove the snapshot's array directories and temporary files but those in ``keep``."""
     for p in directory.iterdir():
-        ours = p.name == OLD_SNAPSHOT or p.name.startswith(
-            (f"{ARRAYS}-", f".{ARRAYS}-", f".{SNAPSHOT}.")
-        )
+        ours = p.name.startswith((f"{ARRAYS}-", f".{ARRAYS}-", f".{SNAPSHOT}."))
         if ours and p.name not in keep:
             with contextlib.suppress(OSError):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -208,19 +201,15 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
     together (the caller then replays the journal)."""
     try:
         meta = read_json(directory / SNAPSHOT)
-        if meta is not None:
-            arrays = _mapped(directory / str(meta["arrays"]))
-            texts = Blob(
-                fd=os.open(arrays["texts"].filename, os.O_RDONLY), offset=arrays["texts"].offset
-            )
-            loaded = _state(meta, arrays, counter, analyzer, texts)
-            _release(arrays)
-            return loaded
-        if (directory / OLD_SNAPSHOT).is_file():  # an older release's: read once, in memory
-            with np.load(directory / OLD_SNAPSHOT, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            return _state(_json(arrays.pop("meta")), arrays, counter, analyzer, None, old=True)
-        return None
+        if meta is None:
+            return None
+        arrays = _mapped(directory / str(meta["arrays"]))
+        texts = Blob(
+            fd=os.open(arrays["texts"].filename, os.O_RDONLY), offset=arrays["texts"].offset
+        )
+        loaded = _state(meta, arrays, counter, analyzer, texts)
+        _release(arrays)
+        return loaded
     except Exception as exc:  # a cache: whatever is wrong with it, the journal is replayed
         log.warning(
             "ignoring the snapshot of session %r (%s); replaying its journal", directory.name, exc
@@ -259,10 +248,6 @@ def remove(directory: Path) -> None:
         _sweep(directory, keep=set())
 
 
-def _json(arr: npt.NDArray[Any]) -> Any:
-    return json.loads(arr.tobytes().decode("utf-8"))
-
-
 class ByPosition(Mapping[int, tuple[str, ...]]):
     """A snapshot's tags by position: the positions in order, and a line of JSON for
     each, read when asked for (a million-entry session does not parse 100k lists to
@@ -289,13 +274,6 @@ class ByPosition(Mapping[int, tuple[str, ...]]):
         lines.extend(json.dumps(more[i]) for i in at[len(lines) :])
         return cls(np.array(at, np.int64), lines, n)
 
-    @classmethod
-    def from_json(cls, raw: Any, n: int) -> ByPosition:
-        """An older form's tags: {"position": [tag, ...]}."""
-        if not isinstance(raw, dict) or not all(k.isdigit() for k in raw):
-            raise ValueError("its tags are not listed by position")
-        return cls.merged({}, {int(k): v for k, v in raw.items()}, n)
-
     def __getitem__(self, i: int) -> tuple[str, ...]:
         k = int(self.at.searchsorted(i))
         if k == len(self.at) or self.at[k] != i:
@@ -318,17 +296,12 @@ def _state(
     arrays: dict[str, npt.NDArray[Any]],
     counter: TokenCounter,
     analyzer: Analyzer,
-    texts: Blob | None,
-    old: bool = False,
+    texts: Blob,
 ) -> Loaded | None:
-    """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]`` (None:
-    they are in memory)."""
-    form = meta.get("format")
-    if form not in ((2,) if old else (3, FORMAT)) or meta.get("analyzer") != ANALYZER_VERSION:
+    """The state the arrays hold; ``texts`` reads the bytes of ``arrays["texts"]``."""
+    if meta.get("format") != FORMAT or meta.get("analyzer") != ANALYZER_VERSION:
         return None
-    # An older form holds no tables: a dict of the ids and terms is made this once.
-    table = (arrays["id_hashes"], arrays["id_numbers"]) if form == FORMAT else None
-    ids = Keys(_split(arrays["ids"]), table)
+    ids = Keys(_split(arrays["ids"]), (arrays["id_hashes"], arrays["id_numbers"]))
     n = len(ids)
     parts = [
         arrays[k]
@@ -353,11 +326,9 @@ def _state(
         roles,
         # Read from the file a text at a time, not through the map: a page cache of
         # large folios (Linux 6 on ext4, xfs) maps megabytes around each text read.
-        Blob(bytes(blob)) if texts is None else texts,
+        texts,
         ends,
-        ByPosition(np.asarray(arrays["tag_at"], np.int64), _split(arrays["tags"]), n)
-        if form == FORMAT
-        else ByPosition.from_json(meta["tags"], n),
+        ByPosition(np.asarray(arrays["tag_at"], np.int64), _split(arrays["tags"]), n),
         {int(k): tuple(str(x) for x in v) for k, v in meta["replaces"].items()},
     )
     state = SessionState.from_columns(
@@ -366,7 +337,7 @@ def _state(
         ids=ids,
         columns=columns,
         index=MemoryIndex.restore(
-            _split(arrays["terms"]) if form == FORMAT else [str(t) for t in meta["terms"]],
+            _split(arrays["terms"]),
             {k[3:]: v for k, v in arrays.items() if k.startswith("ix_")},
         ),
         seqs=np.asarray(arrays["seqs"], dtype=np.float64),
@@ -383,4 +354,4 @@ def _state(
         bytes.fromhex(meta["tail"]),
         int(meta["journal_skipped"]),
     )
-    return Loaded(state, position, float(meta["ratio"]), migrated=form != FORMAT)
+    return Loaded(state, position, float(meta["ratio"]))

@@ -5,7 +5,6 @@ analyzer or format: the journal is replayed instead)."""
 from __future__ import annotations
 
 import gc
-import io
 import json
 import shutil
 import weakref
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 from context_window.sessions.session import Session
-from context_window.sessions.snapshot import FORMAT, LOCK, SNAPSHOT
+from context_window.sessions.snapshot import LOCK, SNAPSHOT
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
@@ -244,45 +243,6 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
     again = opened(data)
     assert again.from_snapshot == 0 and state_of(again) == replayed(data, tmp_path)
     assert opened(data).from_snapshot  # the replay saved a good one again
-
-
-@pytest.mark.parametrize("form", [2, 3])
-def test_an_older_release_snapshot_is_read_once_and_replaced(tmp_path: Path, form: int) -> None:
-    # Format 3: the same arrays without the tables of ids and terms, the terms and the
-    # tags in the JSON; format 2: those, and the meta as JSON bytes, in one .npz.
-    data = tmp_path / "data"
-    build(data)
-    opened(data)
-    folder = data / "sessions" / "s"
-    meta = json.loads((folder / SNAPSHOT).read_text())
-    arrays = {p.stem: np.load(p) for p in _arrays(folder).glob("*.npy")}
-    meta = {**meta, "format": form, "terms": bytes(arrays.pop("terms")).decode().split("\n")}
-    lines = bytes(arrays.pop("tags")).decode().split("\n")
-    at = arrays.pop("tag_at")
-    meta["tags"] = {str(i): json.loads(t) for i, t in zip(at, lines, strict=True)}
-    assert meta["tags"]  # the old form's tags are read too
-    for key in ("id_hashes", "id_numbers", "ix_term_hashes", "ix_term_numbers"):
-        del arrays[key]
-    shutil.rmtree(_arrays(folder))
-    if form == 2:
-        del meta["arrays"]
-        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        (folder / SNAPSHOT).unlink()
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        (folder / "snapshot.npz").write_bytes(buf.getvalue())
-    else:
-        (folder / meta["arrays"]).mkdir()
-        for key, value in arrays.items():
-            np.save(folder / meta["arrays"] / f"{key}.npy", value)
-        (folder / SNAPSHOT).write_text(json.dumps(meta))
-    migrated = opened(data)
-    assert migrated.from_snapshot and state_of(migrated) == replayed(data, tmp_path)
-    assert not (folder / "snapshot.npz").exists()
-    assert json.loads((folder / SNAPSHOT).read_text())["format"] == FORMAT
-    again = opened(data)
-    assert again.from_snapshot and state_of(again) == replayed(data, tmp_path)
-    assert again._state.pos._added == {}  # found through the tables the new form saved
 
 
 def test_a_calibrated_ratio_recounts_a_snapshots_tokens(tmp_path: Path) -> None:
