@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from context_window.documents.checks import load_array, meta_problem, summary_problem
-from context_window.documents.index import NUMBERS_SINCE, OldIndex
+from context_window.documents.index import INDEX_VERSION, OldIndex
 from context_window.documents.tables import INDEX_ARRAYS, Tables
 from context_window.errors import StorageError
 from context_window.journal import REWRITE, Journal, parse_line
@@ -322,22 +322,24 @@ def _audit_document(report: Report, directory: Path) -> None:
     if meta and (problem := summary_problem(meta.get("summary"))) is not None:
         report.add(directory / "meta.json", f"cached summary {problem}: it is made again")
     chars = _audit_source(report, directory, meta)
-    # A release before index version 3 kept each chunk's text in chunks.jsonl too; such a
-    # document is re-indexed on first use, and until then it is checked as it was.
-    old = (directory / "chunks.jsonl").exists()
-    table = directory / ("chunks.jsonl" if old else "index")
-    found = _audit_chunks(report, table, chars) if old else _audit_table(report, directory, chars)
+    stats = read_json(directory / "index" / "stats.json")
+    if (directory / "chunks.jsonl").exists() or (
+        stats is not None and stats.get("version") != INDEX_VERSION
+    ):  # an older release's index: rebuilt from meta.json and source.txt on first use
+        report.chunks += n or 0
+        return
+    found = _audit_table(report, directory, chars)
     if found is None:
         return
     report.chunks += found
     if n is not None and found != n:
-        report.add(table, f"{found} chunks, but meta.json says {n}")
+        report.add(directory / "index", f"{found} chunks, but meta.json says {n}")
     cursor = meta.get("cursor", 0)
     if meta and not (isinstance(cursor, int) and 0 <= cursor <= found):
         report.add(directory / "meta.json", f"cursor {cursor!r:.40} outside 0..{found}")
     before = len(report.problems)
-    _audit_index(report, directory, found, old)
-    if not old and len(report.problems) == before:
+    _audit_index(report, directory, found)
+    if len(report.problems) == before:
         _audit_reader(report, directory)
 
 
@@ -384,35 +386,6 @@ def _audit_source(report: Report, directory: Path, meta: dict[str, Any]) -> int 
     return chars
 
 
-def _audit_chunks(report: Report, path: Path, chars: int | None) -> int | None:
-    """Check every line of chunks.jsonl; return how many lines it has."""
-    raw = _read(report, path)
-    if raw is None:
-        return None
-    if raw and not raw.endswith(b"\n"):
-        report.add(path, "last line is torn (no newline)")
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for number, line in enumerate(lines):
-        rec = _parse(line)
-        where = f"{path.relative_to(report.data_dir)} line {number + 1}"
-        if rec is None:
-            report.add(where, f"unreadable chunk record, {len(line)} bytes")
-            continue
-        if rec.get("index") != number or not isinstance(rec.get("text"), str):
-            report.add(
-                where, f"expected chunk {number} with text, found index {rec.get('index')!r}"
-            )
-            continue
-        start, end = rec.get("start"), rec.get("end")
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
-            report.add(where, f"bad character range {start!r}..{end!r}")
-        elif chars is not None and end > chars:
-            report.add(where, f"range {start}..{end} runs past the source ({chars} characters)")
-    return len(lines)
-
-
 def _audit_table(report: Report, directory: Path, chars: int | None) -> int | None:
     """Check the chunk table's character ranges and source.txt byte spans; return how
     many chunks it has (None after reporting it unreadable)."""
@@ -448,13 +421,9 @@ def _audit_table(report: Report, directory: Path, chars: int | None) -> int | No
     return len(table)
 
 
-def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> None:
-    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks
-    (``old``: the layout before index version 3, with chunks.jsonl)."""
+def _audit_index(report: Report, directory: Path, n: int) -> None:
+    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks."""
     index = directory / "index"
-    if not index.is_dir():
-        report.add(index, "missing")
-        return
     stats = index / "stats.json"
     data = read_json(stats)
     if data is None:
@@ -463,14 +432,7 @@ def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> 
         report.add(stats, f"says {data.get('chunks')!r} chunks, the chunk table has {n}")
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
-    arrays = dict(INDEX_ARRAYS)
-    version = data.get("version") if data is not None else None
-    if isinstance(version, int) and version < NUMBERS_SINCE:  # re-indexed on first use
-        del arrays["numbers.npy"]
-    if old:  # line offsets into chunks.jsonl instead of byte spans into source.txt
-        del arrays["spans.npy"]
-        arrays["lines.npy"] = 1
-    for name, extra in arrays.items():
+    for name, extra in INDEX_ARRAYS.items():
         path = index / name
         try:
             arr = load_array(path)
@@ -482,13 +444,3 @@ def _audit_index(report: Report, directory: Path, n: int, old: bool = False) -> 
             continue
         if extra is not None and len(arr) != n + extra:
             report.add(path, f"{len(arr)} rows, expected {n + extra} for {n} chunks")
-    if not old:
-        return
-    lines = index / "lines.npy"
-    chunks = directory / "chunks.jsonl"
-    try:
-        offsets = np.load(lines, allow_pickle=False)
-        if len(offsets) == n + 1 and int(offsets[-1]) != chunks.stat().st_size:
-            report.add(lines, "line offsets do not match chunks.jsonl")
-    except (OSError, ValueError, EOFError):
-        pass  # already reported above

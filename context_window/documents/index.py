@@ -65,7 +65,6 @@ from context_window.storage import write_json_atomic
 # 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
 # 4: number terms in numbers.npy, not in terms.bin.
 INDEX_VERSION = 4
-NUMBERS_SINCE = 4  # the first version with numbers.npy
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
 POSTINGS_PER_PASS = 1 << 20  # postings sorted into term order at a time (~30 MB of arrays)
