@@ -1,22 +1,9 @@
-"""The errors context-window raises, each carrying a message a model can act on.
+"""The errors context-window raises, each with a message a model can act on.
 
-Hierarchy::
-
-    ContextWindowError          base; ``str(err)`` is the user-facing message
-    ├── InvalidInput            a bad argument: wrong range, bad id, too large
-    ├── NotFound                an unknown session, entry or document
-    ├── AccessDenied            a path outside the ingest roots, or not a regular file
-    ├── StorageError            the data dir could not be read or written
-    │   └── Busy                a session or store is held by another call or process
-    ├── UpstreamError           the LLM endpoint failed (mapped once in ``llm.py``)
-    └── ConfigError             invalid settings (the CLI exits with status 2)
-
-A message states facts: what kind of thing, its id, the ids that do exist. It never
-names a tool or a command. What can be done about it is a ``remedy``, one of the names
-below, which each edge words its own way (``server.adapters.ADVICE`` for the model,
-``cli.main.ADVICE`` for a person). The server layer maps every one of these errors to a
-tool error in one place; anything else is a bug, logged with its traceback and reported
-generically.
+``ContextWindowError`` is the base; under it ``InvalidInput``, ``NotFound``,
+``AccessDenied``, ``StorageError`` (and ``Busy``), ``UpstreamError`` and ``ConfigError``.
+A message states facts and never names a tool; what can be done is a ``remedy`` that
+each edge words its own way (``server.adapters.ADVICE``, ``cli.main.ADVICE``).
 """
 
 from __future__ import annotations
@@ -49,11 +36,8 @@ REMEDIES = (
 
 
 class ContextWindowError(Exception):
-    """Base class: the message is meant to be read by a model or a person.
-
-    ``remedy`` (one of ``REMEDIES``, or None) and the ``facts`` its wording needs are
-    for the edge that shows the error: see ``advised``.
-    """
+    """Base class; ``remedy`` (one of ``REMEDIES``) and its ``facts`` are worded by the
+    edge that shows the error (``advised``)."""
 
     def __init__(self, message: str = "", *, remedy: str | None = None, **facts: str) -> None:
         super().__init__(message)
@@ -62,11 +46,8 @@ class ContextWindowError(Exception):
 
 
 def advised(exc: ContextWindowError, advice: dict[str, str]) -> str:
-    """The error's message followed by the edge's wording of its remedy (if any).
-
-    Each wording starts with its own separator ("; ", ". " or ": ") and may name ``facts``
-    as ``{name}``.
-    """
+    """The message followed by the edge's wording of its remedy, which starts with its own
+    separator and may name ``{facts}``."""
     wording = advice.get(exc.remedy or "", "")
     return str(exc) + wording.format(**exc.facts)
 

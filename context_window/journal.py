@@ -35,10 +35,8 @@ def parse_line(line: bytes | str) -> dict[str, Any] | None:
 
 
 def _parse_all(lines: list[bytes]) -> list[dict[str, Any] | None]:
-    """``parse_line`` of each line, faster: the lines are decoded as one text and each is
-    parsed in place; a line that does not parse whole that way goes through
-    ``parse_line`` itself, so the result is the same (a replay of a long journal spends
-    far less time in the parser)."""
+    """``parse_line`` of each line, decoded as one text and parsed in place; a line that
+    does not parse whole that way goes through ``parse_line`` itself."""
     try:
         text = b"\n".join(lines).decode("utf-8")
     except UnicodeDecodeError:
@@ -72,9 +70,8 @@ _JSON_SPACE = " \t\r"
 REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
 
 
-# Appended to a torn line to close it off: no JSON text ends in NUL, so the torn line can
-# never parse, even if all it lacked was its newline. A reader that had already skipped
-# the torn part sees this alone on its line and ignores it.
+# Closes off a torn line: no JSON text ends in NUL, so it never parses, and a reader that
+# skipped the torn part ignores this alone on its line.
 _CLOSED = b"\x00"
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
 _TAIL_BYTES = 64  # and the bytes just before a reader's offset, which must not change
@@ -94,17 +91,9 @@ class JournalPosition:
 class Journal:
     """An append-only JSONL file shared by processes: whole-line writes under an OS lock.
 
-    ``read_new`` returns records appended since the last call (by anyone) and
-    counts lines that do not parse; a torn last line left by a crashed writer is
-    closed off by the next append, so it is skipped exactly once by every reader.
-
-    A journal is replaced only by :meth:`rewrite` (a purge). Readers recognise the
-    file they have been reading by its inode *and* its first bytes: a freed inode
-    number is soon given to a new file, so the inode alone would let a reader take a
-    rewritten log for the old one and read on from a stale offset. A rewritten file
-    starts with an identity line (kind ``rewrite``, a random id) that no other file
-    starts with; ``read_new`` hides it.
-    """
+    ``read_new`` returns what anyone appended since the last call; a torn last line is
+    closed off by the next append, so every reader skips it once. Only ``rewrite``
+    replaces the file; readers know it by inode and first bytes (docs/storage.md)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -200,9 +189,8 @@ class Journal:
         return JournalPosition(self._offset, self._head, self._tail, self.skipped)
 
     def resume(self, at: JournalPosition) -> bool:
-        """Go on reading from ``at`` (a position this file had) if the file still starts
-        with the same bytes and holds the same bytes just before that offset; False,
-        changing nothing, when it does not (a rewrite, a truncation, another file)."""
+        """Go on reading from ``at`` if the file still holds the same first bytes and the
+        same bytes before that offset; False, changing nothing, otherwise."""
         assert self._fd is not None, "resume needs the lock"
         if self._offset or at.offset < len(at.tail) or os.fstat(self._fd).st_size < at.offset:
             return False
@@ -239,14 +227,9 @@ class Journal:
         return self.read_new()
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
-        """Replace the whole file with ``records`` atomically; call under :meth:`locked`.
-
-        The new file starts with a fresh identity line; it is written and fsynced
-        beside the old one and renamed over it while the old one's lock is held.
-        Other processes notice the new file (its inode or its first bytes) when they
-        next lock it, and replay it from the start. This one reads on after
-        ``records``: an append that locked the new file before us comes next.
-        """
+        """Replace the file with ``records`` atomically, under :meth:`locked`: a fresh
+        identity line, written beside and renamed over the old while its lock is held.
+        Other processes notice and replay it; this one reads on after ``records``."""
         assert self._fd is not None, "rewrite needs the lock"
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
             with contextlib.suppress(OSError):  # only a killed rewrite leaves one: we hold the lock
@@ -308,9 +291,8 @@ class Journal:
             return []
         data = os.pread(self._fd, size - self._offset, self._offset)
         end = data.rfind(b"\n") + 1
-        # Under the lock no writer is mid-line, so a tail without newline is torn: a write
-        # that never finished, so never acknowledged. It is skipped even when it parses
-        # (every byte but the newline), and the next append closes it off unparseable.
+        # Under the lock no writer is mid-line: a tail without newline is torn (never
+        # acknowledged), skipped even if it parses, and closed off by the next append.
         self._offset += len(data)
         self._tail = data[-_TAIL_BYTES:]
         if end < len(data):
@@ -345,9 +327,8 @@ class Journal:
             self._undo(start)
             raise storage_error(exc, f"cannot append to {self.path}") from exc
         if written != len(payload):
-            # A short write (a full disk, a file size limit) left part of the lines: cut
-            # them off, or the next append would close the partial line into a record
-            # that the caller was told had failed.
+            # A short write (a full disk) left part of the lines: cut them off, or the
+            # next append would close them into a record the caller was told failed.
             self._undo(start)
             raise StorageError(
                 f"cannot append to {self.path}: only {written} of {len(payload)} bytes "

@@ -58,9 +58,8 @@ def new_id(prefix: str) -> str:
 
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """A binary file to write that appears at ``path`` only once complete: a temp file
-    ``.<name>.<random>.tmp`` beside it, fsync-ed and renamed when the block ends,
-    removed if the block raises. Readers see the old file or the new one, never half."""
+    """A binary file that appears at ``path`` only once complete (a temp file beside it,
+    fsync-ed and renamed; removed if the block raises)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -93,14 +92,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def replace_dir(work: Path, final: Path, *, locked: bool = False) -> Path | None:
-    """Rename the complete directory ``work`` to ``final``; return the earlier one, set aside.
-
-    An existing ``final`` is first renamed to ``.old-<name>-<random>`` beside it, and
-    renamed back if the second rename fails (the OSError propagates). The caller
-    deletes the returned directory. Both renames happen under the directory's replace
-    lock, so :func:`recover_replaced` never mistakes a replace in progress for one a
-    crash interrupted; after a crash between them, it puts the earlier version back.
-    """
+    """Rename the complete directory ``work`` to ``final``; return the earlier one, set
+    aside as ``.old-<name>-<random>`` for the caller to delete. Both renames run under the
+    replace lock, so ``recover_replaced`` puts the earlier version back after a crash."""
     with contextlib.nullcontext() if locked else replace_lock(final.parent):
         old = None
         if final.exists():
@@ -145,12 +139,8 @@ def replaced_name(path: Path) -> str | None:
 
 
 def recover_replaced(root: Path) -> list[str]:
-    """Finish every replace in ``root`` that a crash interrupted; return what was restored.
-
-    A ``.old-<name>-…`` directory whose ``<name>`` is missing is the earlier version of a
-    replace killed between its two renames: it is renamed back. One whose ``<name>``
-    exists is what a completed replace left to delete: it is deleted.
-    """
+    """Finish every replace in ``root`` a crash interrupted: an ``.old-<name>-…`` whose
+    ``<name>`` is missing is renamed back (returned), one whose ``<name>`` exists deleted."""
     if not root.is_dir() or not any(replaced_name(p) for p in root.iterdir()):
         return []
     restored: list[str] = []
@@ -172,9 +162,8 @@ def recover_replaced(root: Path) -> list[str]:
 
 
 def read_at(fd: int, offset: int, size: int) -> bytes:
-    """``size`` bytes of the open file ``fd`` from ``offset`` (fewer only at its end):
-    a ``pread`` may return less than asked (Linux stops at about 2 GiB), so it is read
-    again from where it stopped."""
+    """``size`` bytes of ``fd`` from ``offset`` (fewer only at its end), reading again
+    where a short ``pread`` stopped (Linux stops at about 2 GiB)."""
     parts = [os.pread(fd, size, offset)]
     got = len(parts[0])
     while got < size and parts[-1]:
@@ -198,10 +187,8 @@ LOCK_WAIT_SECONDS = 10.0  # how long a journal lock is waited for before "busy"
 def lock_fd(fd: int, what: str, wait: float = LOCK_WAIT_SECONDS) -> None:
     """Take the exclusive OS lock on ``fd`` within ``wait`` seconds, else raise Busy.
 
-    filelock supplies the primitive (flock, or LockFileEx on Windows); the deadline is
-    ours: a process stopped (Ctrl-Z, SIGSTOP, a debugger) while it holds the lock must
-    not hang its peers for good, so they poll and give up with an error to retry.
-    """
+    filelock gives the primitive; the deadline is ours, so a stopped holder (Ctrl-Z, a
+    debugger) never hangs its peers for good."""
     import filelock  # loaded by the first lock, not at start
 
     deadline = time.monotonic() + wait
@@ -289,13 +276,9 @@ _OWNER = ".lock"  # beside each work directory: locked by the process doing the 
 
 @contextlib.contextmanager
 def work_dir(root: Path, name: str) -> Iterator[Path]:
-    """A fresh hidden path ``root/.tmp-<name>-<hex>`` for work in progress, marked live.
-
-    The lock file ``<path>.lock`` beside it is created and flock-ed before the work
-    starts and released when the block ends, so :func:`sweep_work` can tell work a
-    living process is doing (even one stopped or asleep, with a clock far off) from
-    what a crash left. The caller creates the directory and removes it on failure.
-    """
+    """A fresh hidden path ``root/.tmp-<name>-<hex>`` for work, its ``.lock`` held while
+    the block runs, so ``sweep_work`` tells live work from what a crash left. The caller
+    creates the directory and removes it on failure."""
     root.mkdir(parents=True, exist_ok=True)
     work = root / f"{WORK_PREFIX}{name}-{secrets.token_hex(4)}"
     owner = work.with_name(work.name + _OWNER)
@@ -341,13 +324,8 @@ def work_in_progress(root: Path, name: str) -> bool:
 
 
 def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[str]:
-    """Remove work directories (and their lock files) whose owner is gone; return their names.
-
-    Liveness is the owner's lock, never a timestamp: a process whose clock is an hour
-    ahead, or that wakes from sleep, cannot take another's live work for a leftover.
-    Only a work directory without a lock file (an older release's) falls back to its
-    age. ``.trash-`` directories are what a finished delete left: always removed.
-    """
+    """Remove work directories whose owner's lock is free (never by clock, but for an
+    older release's, which has no lock file) and ``.trash-`` ones; return their names."""
     if not root.is_dir():
         return []
     removed: list[str] = []

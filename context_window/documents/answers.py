@@ -1,11 +1,8 @@
 """Line-level search answers: the best passages of the best chunks, numbered.
 
-Chunks are the ranking unit of the index, but a chunk fills most of a small budget,
-so an answer shows *passages* (``passages.py``). Passages of the same shape that match
-the same query terms collapse into the earliest one, which lists the others' line
-numbers. Passages are taken greedily in score order while they fit the budget, opening
-at most ``limit`` hits (chunks); what is left of the budget goes to the lines around
-them; each hit then shows its passages in line order.
+Passages of one shape matching the same query terms collapse into the earliest, which
+lists the others' lines. Passages are taken in score order while they fit, opening at
+most ``limit`` chunks; the rest of the budget goes to the lines around them.
 """
 
 from __future__ import annotations
@@ -57,10 +54,8 @@ class Answer:
     skipped: tuple[tuple[str, str], ...] = ()  # (doc id, why) a search of all left out
 
 
-# Each edge puts one line under the header on how to read on from a hit (a tool call for
-# the model, a command for a person). The header's reserve allows for a line this long,
-# in characters and in words, so both edges pack the same room and show the same lines,
-# whatever the token ratio: an edge's tip may be no longer (``tip_fits``).
+# The line under the header on how to read on from a hit (a tool call for the model, a
+# command for a person) is no longer than this, so both edges pack the same lines.
 TIP_ROOM = " ".join(["tip"] * 15)
 
 
@@ -120,16 +115,11 @@ def answer(
     probes: Sequence[Group] = (),
     ranked_first: int | None = None,
 ) -> Answer:
-    """Fill ``budget`` (less ``reserve`` for the caller's header) with the best passages.
+    """Fill ``budget`` less ``reserve`` with the best passages of at most ``limit`` chunks.
 
-    ``groups`` hold the candidate chunks, best first, with their scored and smoothed
-    passages; at most ``limit`` chunks are shown, in the order their first passage was
-    taken. The passages of the first ``ranked_first`` groups (default: all) rank by
-    score together; each later group ranks after them, in chunk order. ``probes`` are
-    earlier chunks read for the first occurrences of the best matches: only their
-    passages that hold all the terms of one of the best matches are kept, ranked as
-    that match is.
-    """
+    The first ``ranked_first`` groups rank by score together, later ones after them in
+    chunk order; ``probes`` (earlier chunks) keep only passages holding every term of a
+    best match, ranked as it is."""
     every = [*groups, *probes]
     first = len(groups) if ranked_first is None else ranked_first
 
@@ -159,9 +149,8 @@ def answer(
 
 
 def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list[Scored]:
-    """The matching passages of ``groups``, and those of the probes (the groups after
-    them in ``every``) that hold all the terms of one of the best matches of the first
-    ``first`` groups."""
+    """The matching passages of ``groups``, and the probes' passages holding all the terms
+    of a best match of the first ``first`` groups."""
     ranked = [
         Scored(p.score, k, p.first, p) for k, g in enumerate(groups) for p in g.passages if p.score
     ]
@@ -177,13 +166,9 @@ def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list
 
 
 def _collapse(ranked: Sequence[Scored], tier: Callable[[int], int]) -> set[tuple[str, int]]:
-    """Collapse matching passages of one shape that match the same query terms into the
-    first one in the document (a query naming sda2 keeps sda2 lines apart from sda0's);
-    return the (doc, first line) of those collapsed into another.
-
-    Tier by tier (see ``answer``): a passage that meets its shape in an earlier tier
-    is left out, unlisted, so reading later chunks never changes the earlier ones.
-    """
+    """Collapse matching passages of one shape and query terms into the document's first,
+    tier by tier (a later chunk never changes an earlier one); return the (doc, first
+    line) of those collapsed."""
     first_of: dict[tuple[str, str, frozenset[str]], tuple[Passage, int]] = {}
     shape_of = Shapes()
     held: dict[int, frozenset[str]] = {}  # passages' terms are shared (see line_terms)

@@ -1,24 +1,11 @@
 """Structure-aware splitting of a document into chunks under a heading trail.
 
-The text is cut into blocks: fenced code (kept whole; an unclosed fence runs to the
-end), ATX headings, and blank-line separated paragraphs. Blocks are packed greedily
-into chunks of at most ``target_tokens``. A heading closes a chunk whose new content
-(overlap not counted) is at least half the target, and a heading left dangling at
-the end of a chunk moves to the next one. A block larger than a chunk is packed by
-whole lines, and a single line larger than a chunk is cut by budget, at whitespace
-where possible. A new chunk begins with the trailing whole blocks (or whole lines)
-of the previous one, up to ``overlap_tokens`` and never so many that the chunk
-would overflow. Each chunk's heading is the trail at its first non-overlap block.
-
-Every chunk is a slice of the source, ``text == source[start:end]``, trimmed of
-surrounding whitespace; together the chunks cover every non-blank character.
-
-Speed: blocks are found with a few C-level searches (no per-character or per-line
-Python loop), and lines are packed a chunk at a time: a guess from the character
-count, checked with one ``estimate`` of the candidate and shrunk if it is over.
-Packing sums block costs (each estimated once) plus ``ratio`` per whitespace
-character between them, an upper bound of the joined estimate, so chunks stay
-within the target; ``Chunk.tokens`` is the real estimate of each chunk's text.
+Blocks (fenced code kept whole, ATX headings, paragraphs) are packed greedily into
+chunks of at most ``target_tokens``; a heading closes a chunk at least half full, and
+an oversized block is packed by lines, an oversized line cut at whitespace. A chunk
+starts with up to ``overlap_tokens`` of the last one's trailing blocks. Every chunk is
+``source[start:end]`` trimmed; together they cover every non-blank character. Block
+costs (plus ``ratio`` per whitespace character) bound the joined estimate from above.
 """
 
 from __future__ import annotations
@@ -78,11 +65,8 @@ def heading_trail(headings: list[str]) -> str:
 def chunk_text(
     text: str, target_tokens: int = 800, overlap_tokens: int = 80, ratio: float = 0.27
 ) -> list[Chunk]:
-    """Split ``text`` into ordered chunks of about ``target_tokens`` under heading trails.
-
-    The arguments need only make sense to the algorithm (tests use tiny chunks); the
-    bounds a user's or a file's settings must meet are ``config.check_chunk_settings``.
-    """
+    """Split ``text`` into ordered chunks of about ``target_tokens`` under heading trails
+    (bounds on the settings: ``config.check_chunk_settings``)."""
     if target_tokens < 1:
         raise InvalidInput(f"chunk size must be at least 1 token, not {target_tokens}")
     if not 0 <= overlap_tokens < target_tokens:

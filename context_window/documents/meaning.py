@@ -1,17 +1,9 @@
 """Search by meaning as well as words: the passages ``doc_search`` reads, rescored.
 
-The passages of the best ``CHUNKS`` chunks are ranked together by their smoothed BM25;
-the best ``DEEP`` of those whose vectors are stored, and the best ``DEPTH`` in any case
-(embedded now if need be), are ranked by ``retrieval.meaning.interpolate`` of that
-score and their cosine to the query, ahead of the rest, which keep their order.
-``DocumentVectors`` stores each document's passage vectors, filled in the background
-once it is ingested (up to ``FILLED_AT_MOST`` passages), keyed by a digest of the text.
-
-On the dev meetings (1,500 tokens, ``limit`` 3): words alone 0.767 (6 chunks); meaning
-over 64 passages of 6 chunks 0.780, of 24 chunks 0.784; over up to 512 stored passages
-of 24 chunks 0.797. Words alone lose from the wider pool (0.754 at 24 chunks), so a
-search that falls back to words ranks the 6 chunks words rank best. An outside study
-measured nothing significant for whole-chunk vectors, so chunks are not embedded.
+The best ``DEEP`` passages with stored vectors, and the best ``DEPTH`` in any case, rank
+by ``retrieval.meaning.interpolate`` of BM25 and cosine, ahead of the rest.
+``DocumentVectors`` fills each document's passage vectors in the background (figures
+in docs/retrieval.md).
 """
 
 from __future__ import annotations
@@ -105,9 +97,8 @@ READ = 256  # chunks read at once while listing a document's passages
 
 
 def passage_texts(store: DocumentStore, doc_id: str, count: Count, share: int) -> list[str] | None:
-    """``doc_id``'s distinct passages as a search splits them at ``share`` tokens, or
-    None: more than ``FILLED_AT_MOST`` of them (searched by words and ``DEPTH``
-    passages), or the document is gone."""
+    """``doc_id``'s distinct passages at ``share`` tokens, or None (over
+    ``FILLED_AT_MOST``, or gone)."""
     out: dict[str, None] = {}  # in order, once each (chunks overlap; logs repeat lines)
     try:
         doc = store.get(doc_id)
@@ -137,10 +128,8 @@ class Embeds(Protocol):
 
 @dataclass
 class DocumentVectors:
-    """The passage vectors of every document for one model (``<doc>/vectors/<key>.f16``,
-    a cache: deleting it costs embedding again): looked up by searches, filled in the
-    background. ``texts(doc_id)`` gives a document's passages (None: more than
-    ``FILLED_AT_MOST``, or the document is gone)."""
+    """Each document's passage vectors for one model (``<doc>/vectors/<key>.f16``, a
+    cache), looked up by searches and filled in the background."""
 
     root: Path
     key: str
@@ -185,10 +174,8 @@ class DocumentVectors:
         return out
 
     def embed_from_thread(self, passages: list[Passage]) -> F32:
-        """Unit vectors of ``passages`` (from a worker thread), or UpstreamError when they
-        are not all stored within the query's timeout. They are asked for in a task of
-        their own, which goes on past the timeout and stores them: the next search of
-        the same chunks finds them."""
+        """Unit vectors of ``passages``, or UpstreamError past the query's timeout; the
+        task goes on and stores them for the next search."""
         wanted = {digest(p.text): p for p in passages}
         if anyio.from_thread.run(self._embed_now, wanted):
             found = self.stored(passages)

@@ -1,23 +1,10 @@
 """Replacing a document by re-ingesting it: stable chunks, what was kept, cursors carried.
 
-Chunking is greedy from the start of the text, so the chunks before an edit come
-out the same as long as the chunk size, overlap and token ratio are the same.
-A re-ingest therefore reuses the settings stored with the old version (a
-calibration or a flag changed since does not move boundaries; doc_forget first to
-re-chunk with new settings). Large headingless texts are chunked in segments
-whose cut points depend only on the text before them, so appended text leaves
-them in place too.
-
-Which chunks are unchanged is computed without reading chunk texts: a chunk's
-text is ``source[start:end]``, so a chunk is unchanged when its range is the same
-and lies inside the common prefix of the two sources, or, counted from the end,
-the same and inside their common suffix (the tail after a middle edit, where
-boundaries re-synchronised).
-
-Cursors (the shared one and every session's) are carried over: a cursor inside
-the unchanged prefix keeps its value; one in the unchanged tail follows its
-chunk; any other moves back to the first changed chunk, so the reader sees what
-changed (a reader at the end of a log that grew re-reads its last, extended chunk).
+Chunking is greedy from the start, so with the old version's stored settings the
+chunks before an edit come out the same. A chunk is unchanged when its range is the
+same inside the two sources' common prefix, or, from the end, their common suffix.
+A cursor in the prefix stays, one in the tail follows its chunk, any other moves back
+to the first changed chunk (docs/documents.md).
 """
 
 from __future__ import annotations
@@ -40,11 +27,8 @@ Bytes = npt.NDArray[np.uint8]
 def chunk_settings(
     old_meta: dict[str, Any] | None, tokens: int, overlap: int, ratio: float
 ) -> tuple[int, int, float]:
-    """The old version's (chunk tokens, overlap, ratio) if recorded and valid, else the given ones.
-
-    A meta.json is read back from disk and may have been edited: its settings pass the
-    same check as the flags (``config.check_chunk_settings``) or are not used at all.
-    """
+    """The old version's (chunk tokens, overlap, ratio) if recorded and passing
+    ``config.check_chunk_settings``, else the given ones."""
     recorded = None if old_meta is None else recorded_chunk_settings(old_meta)
     return recorded or (tokens, overlap, ratio)
 

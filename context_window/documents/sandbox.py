@@ -1,13 +1,9 @@
 """Reading files for doc_ingest: only regular files inside the configured ingest roots.
 
-A path is allowed when its real path (every symlink resolved) lies inside the real
-path of a root, compared by whole path segments (``/data/root2`` is not inside
-``/data/root``). The file is stat-ed before it is opened (directories, devices,
-FIFOs and sockets are refused without opening them), opened with ``O_NOFOLLOW``
-and ``O_NONBLOCK``, and the opened descriptor is checked again: it must be the
-same regular file (device and inode) that was checked, and, where the platform
-can say, its path must still be inside a root. A file swapped for a symlink or a
-FIFO between the check and the read is therefore refused, not followed.
+A path is allowed when its real path lies inside a root's, by whole segments. The file
+is stat-ed before opening (no devices, FIFOs or sockets), opened with ``O_NOFOLLOW`` and
+``O_NONBLOCK``, and the descriptor checked again to be the same regular file, so a swap
+between check and read is refused (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -69,13 +65,8 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
 
 
 def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
-    """One answer for a path that is missing, unresolvable or outside the roots.
-
-    The three must look the same, or the error becomes an oracle: whether a file exists
-    somewhere on the host, or where a link such as /proc/self/cwd points. Only the
-    caller's own text and the roots are named, never the resolved target. A root that
-    does not exist on this machine (a config copied from elsewhere) is named as such.
-    """
+    """One answer for a path missing, unresolvable or outside the roots, naming only the
+    caller's text and the roots: anything else would be an oracle of the host's files."""
     missing = [str(r) for r in roots if not r.is_dir()]
     if len(missing) == len(roots):
         return NotFound(
@@ -113,9 +104,8 @@ class OpenFile:
 
 @contextlib.contextmanager
 def open_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> Iterator[OpenFile]:
-    """Open a regular file inside an ingest root for reading, closing it when the block
-    ends; AccessDenied (anything else, or a file that changed while it was opened) or
-    InvalidInput (too big) otherwise."""
+    """Open a regular file inside an ingest root for reading until the block ends;
+    AccessDenied or InvalidInput (too big) otherwise."""
     real = resolve_in_roots(file_path, roots)
     try:
         before = real.lstat()
@@ -158,12 +148,8 @@ _DIR_FLAGS = (
 
 
 def _open_beneath(real: Path, roots: Sequence[Path]) -> int:
-    """Open ``real`` one path component at a time from its root, following no symlink.
-
-    Each directory is opened relative to the one before it with ``O_NOFOLLOW`` (as
-    ``openat``), so a directory swapped for a symlink between the check and the open
-    is refused, not followed, with or without /proc to check the result against.
-    """
+    """Open ``real`` one component at a time from its root with ``O_NOFOLLOW`` (as
+    ``openat``), so a directory swapped for a symlink is refused, /proc or not."""
     if os.open not in os.supports_dir_fd:  # pragma: no cover - Windows: whole-path open
         try:
             return os.open(real, _FILE_FLAGS)
@@ -223,9 +209,8 @@ def decode_utf8(data: bytes, what: str) -> str:
 
 
 def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
-    """The error for text that is not UTF-8 at byte ``offset`` (``around``: the bytes near
-    it). The iconv advice is given only when those bytes look like text in another
-    encoding; NUL or other control bytes say the file is not text at all."""
+    """The error for text that is not UTF-8 at byte ``offset``: iconv advice when the bytes
+    ``around`` it look like another encoding, else that it is not text."""
     binary = b"\x00" in around or sum(b < 32 and b not in _TEXT_CONTROLS for b in around) > (
         len(around) // 100
     )

@@ -1,19 +1,10 @@
 """A large text without headings or fences, chunked a segment at a time, in a child
-process when it can be: chunking is Python, and runs there beside the term counting.
+process when it can be, beside the term counting.
 
-Segments are read from the source file, so only one segment's text and chunks exist
-at once. Each segment but the last gives up its final chunk, and the next segment
-starts where that chunk started, so the chunks come out as from one call (overlap
-included). Cuts fall after a newline byte, which in UTF-8 is always a character
-boundary.
-
-The child is a one-worker ``ProcessPoolExecutor`` (spawned): it reads each segment
-from the source itself and returns only numbers (where the segment lies, its chunks'
-rows and byte spans), and it chunks the next segment while this process indexes the
-last. When the pool cannot start or breaks (``BrokenProcessPool``: the child was
-killed), or any other failure of the child, or a segment does not follow on from the
-last, the rest is chunked in this process from where the last good segment left off,
-into the same rows.
+Each segment but the last gives up its final chunk, where the next one starts, so the
+chunks come out as from one call; cuts fall after a newline byte. The child is a
+one-worker spawned ``ProcessPoolExecutor`` returning only numbers; if it cannot start,
+breaks or is killed, the rest is chunked here from the last good segment.
 """
 
 from __future__ import annotations
@@ -44,10 +35,8 @@ _START: Resume = (0, 0, 1)
 
 @dataclass(frozen=True)
 class Part:
-    """Chunks of ``text``, which begins at character ``base`` and byte ``first_byte`` of
-    the document: ``rows`` (start, end, tokens, first line; character offsets into the
-    document) and ``spans`` (start, end byte offsets). ``heads`` holds each chunk's
-    heading trail; None when none has one. ``data`` is ``text`` as UTF-8, when at hand."""
+    """Chunks of ``text`` (at character ``base``, byte ``first_byte``): ``rows`` (start,
+    end, tokens, first line), byte ``spans``, ``heads`` (None if none), ``data`` (UTF-8)."""
 
     rows: I64
     spans: I64
@@ -123,8 +112,7 @@ class Plan:
 
 def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
     """The parts of ``plan.source``, a segment each, chunked in a child process if
-    ``child`` and one can be started, else here: the same parts either way. Should the
-    child fail or be killed, the segments it had not sent are chunked here."""
+    ``child`` and one starts, else (or past its failure) here: the same parts."""
     resume = _START
     if child:
         try:

@@ -1,19 +1,11 @@
-"""Term counts of many chunks at once, equal to ``Analyzer.counts`` of each, but vectorized.
+"""Term counts of many chunks at once, equal to ``Analyzer.counts`` of each, vectorized.
 
-Python's regex ``findall`` creates one string object per word, which for a 100 MB
-log is ~20 million objects and most of the ingest time. For ASCII chunks this
-module finds the words with numpy instead: the raw words are the maximal runs of
-``[A-Za-z0-9_$]`` (what ``[\\w$]+`` matches in ASCII text); each run is packed into
-whole 8-byte words and the distinct runs are found by sorting those keys. Only the
-distinct raw words become Python strings, expanded into index terms by the same
-``Analyzer.expand`` the sessions use. Chunks with any non-ASCII character, and runs
-longer than ``_MAX_PACKED`` bytes, go through ``Analyzer.counts`` itself. The result
-is exact: the same (chunk, term, count) triples as calling ``counts`` per chunk.
-
-A log's vocabulary is mostly numbers (timestamps, ids, sizes), each a new term. With
-``numbers=True`` (a document build) terms of 2 to 19 ASCII digits never become Python
-strings: a run of digits is read as an integer key in numpy and numbered in a
-``NumberTable``, and the term ids it gives carry the ``NUMBER`` bit.
+For ASCII chunks the raw words (maximal runs of ``[A-Za-z0-9_$]``) are packed into
+8-byte keys and found distinct by sorting in numpy, so only distinct words become
+Python strings (``findall`` would make ~20M of them for a 100 MB log); other chunks,
+and runs over ``_MAX_PACKED`` bytes, go through ``Analyzer.counts``. With
+``numbers=True`` runs of 2 to 19 digits are integer keys in a ``NumberTable`` and their
+term ids carry the ``NUMBER`` bit: a log's many numbers never become strings.
 """
 
 from __future__ import annotations
@@ -47,9 +39,8 @@ _WORD_BYTES.flags.writeable = False
 _KEEP_BYTES = np.array([(1 << (8 * v)) - 1 for v in range(9)], dtype=np.uint64)
 _KEEP_BYTES.flags.writeable = False
 NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
-# _SHORTER[n]: how many digit strings have fewer than n digits, so a string of n digits
-# with value v has the key _SHORTER[n] + v: one key per string, leading zeros kept, and
-# keys sorted by (length, value).
+# _SHORTER[n]: how many digit strings have fewer than n digits; n digits of value v have
+# the key _SHORTER[n] + v, so leading zeros are kept and keys sort by (length, value).
 _SHORTER = np.array([(10**n - 1) // 9 for n in range(NUMBER_DIGITS + 2)], dtype=np.uint64)
 _SHORTER.flags.writeable = False
 _SHORTER_INT: list[int] = _SHORTER.tolist()
@@ -88,11 +79,9 @@ def number_text(key: int) -> str:
 
 
 class NumberTable:
-    """Ids of number terms by key, in sorted numpy arrays: a recent part, merged once
-    it holds a quarter as many into the large part, so that adding a batch's new
-    numbers costs work in proportion to the table only now and then. The large part
-    is a run of sorted pieces of at most ``sizes.number_piece`` keys, merged one at a
-    time: a merge never copies more than a piece at once."""
+    """Ids of number terms by key, in sorted arrays: a recent part merged into the large
+    part (sorted pieces of at most ``sizes.number_piece`` keys) once it holds a quarter
+    as many, so adding a batch costs work in proportion to the table only now and then."""
 
     def __init__(self, sizes: Sizes = Sizes()) -> None:
         self.sizes = sizes
@@ -452,14 +441,9 @@ class TermCounter:
     def _count_packed(
         self, stream: npt.NDArray[np.uint64], starts: I64, lens: I64, owner: U32, k: int
     ) -> tuple[U32, U32, U32]:
-        """Counts for runs of 8(k-1)+1 .. 8k bytes, grouped by their zero-padded bytes.
-
-        One sort by a 64-bit key (the bytes themselves when k = 1, a mix of the blocks
-        otherwise) brings equal runs together; a group ends wherever the key or any
-        block changes, so a hash collision can split a group (summed again later) but
-        never merge different words. A second sort, of (group, chunk) packed into one
-        integer, counts each pair.
-        """
+        """Counts for runs of 8(k-1)+1 .. 8k bytes: one sort by a 64-bit key groups equal
+        runs (a collision may split a group, never merge two words), a second sort of
+        (group, chunk) counts each pair."""
         blocks = 8 * np.arange(k, dtype=np.int64)
         words = stream[starts[:, None] + blocks]  # (n, k): the run's bytes, 8 at a time
         words &= _KEEP_BYTES[np.clip(lens[:, None] - blocks, 0, 8)]  # zero what follows
@@ -486,9 +470,8 @@ class TermCounter:
         return np.repeat(pair_chunk, rep), terms, np.repeat(counts, rep)
 
     def _expand_rows(self, reps: U64) -> tuple[I64, U32]:
-        """Term ids of each distinct raw word (rows of little-endian 8-byte blocks): how
-        many each has, and all of them in row order. With a NumberTable, a run of
-        digits is looked up there as a whole column, without Python strings."""
+        """Term ids of each distinct raw word (rows of 8-byte blocks): how many each has,
+        and all of them in row order; digit runs are looked up in the NumberTable."""
         digits = None
         if self.numbers is not None and reps.shape[1] * 8 <= NUMBER_DIGITS + 5:
             digits = _digit_runs(reps)
@@ -557,9 +540,8 @@ def _run(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def _digit_runs(reps: U64) -> tuple[I64, U64] | None:
-    """For raw words given as rows of little-endian 8-byte blocks (zero-padded): the
-    length of each that is all ASCII digits and at most ``NUMBER_DIGITS`` long (0 for
-    the others) and its number key; None when no row is such a number."""
+    """Per row of 8-byte blocks, its length if all ASCII digits (at most
+    ``NUMBER_DIGITS``, else 0) and its number key; None when no row is a number."""
     raw = np.ascontiguousarray(reps).view(np.uint8).reshape(len(reps), -1)
     size = (raw != 0).sum(axis=1)
     digit = (raw >= 0x30) & (raw <= 0x39)

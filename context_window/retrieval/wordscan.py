@@ -1,19 +1,9 @@
 """A compiled pass over ASCII chunk texts that counts their raw words, for ``termcount``.
 
-numpy can find and group a text's words only by sorting them, several times per
-batch; a loop compiled by numba reads each byte once, keeps a hash table of the
-distinct raw words, and counts each (chunk, word) pair as it goes: several times
-less work for a large document. It produces what ``TermCounter`` turns into index
-terms: per chunk, each raw word seen (as an id into the table) or each number of
-2 to 19 digits (as its key, see ``termcount``), and how often.
-
-The loops release the GIL. They never allocate: every array is passed in, and when
-a text might not fit the room left, the scan stops before it and says where, so the
-caller can grow the arrays (``Scanner`` does) and go on from there.
-
-numba is optional (the ``fast`` extra) and imported only when a large document is
-counted: it costs a fifth of a second, and the first compilation on a machine a few
-seconds more (then cached).
+A numba loop reads each byte once, keeps a hash table of the distinct raw words and
+counts each (chunk, word or number) pair: several times less work than numpy's sorts.
+The loops release the GIL and never allocate; when a text may not fit, the scan stops
+before it so the caller can grow the arrays. numba is the optional ``fast`` extra.
 """
 
 from __future__ import annotations
@@ -43,13 +33,8 @@ _log = logging.getLogger(__name__)
 
 @functools.cache
 def compiled_kernels() -> Any:
-    """The compiled kernels (``retrieval.kernels``), or None where they cannot run: numba
-    is an optional extra (``context-window[fast]``), and a broken one is reported once.
-
-    The first call imports numba and compiles the kernels (a few seconds the first time
-    on a machine; then from numba's cache, which the entry point places where this user
-    can write). The numpy path counts the same words, about 2x slower.
-    """
+    """The compiled kernels, or None where numba (the ``fast`` extra) cannot run; a broken
+    one is reported once. The numpy path counts the same words, about 2x slower."""
     try:
         from context_window.retrieval import kernels  # numba: only when needed
     except ImportError as exc:
@@ -74,9 +59,8 @@ def available() -> bool:
 
 
 class Pairs:
-    """What one scan found: chunk ``row[i]`` holds raw word or number ``val[i]``
-    (``num[i]`` tells which) ``n[i]`` times; ``keys[k]`` is number k's key. The raw
-    words the table did not hold before are those numbered from its size before."""
+    """Chunk ``row[i]`` holds raw word or number ``val[i]`` (``num[i]``) ``n[i]`` times;
+    ``keys[k]`` is number k's key; new words are numbered from the table's old size."""
 
     def __init__(self, row: I32, val: I64, num: npt.NDArray[np.bool_], n: I32, keys: U64) -> None:
         self.row, self.val, self.num, self.n, self.keys = row, val, num, n, keys

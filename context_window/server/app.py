@@ -1,9 +1,7 @@
 """build_server(service) -> MCPServer: registers the tools; they live in *_tools.py.
 
-Every schema token is paid by the model in every request, so tools/list goes out
-slimmed: pydantic's generated ``title`` keys are dropped, an optional ``T | None``
-parameter is published as plain ``T`` (omitting it means None), and a boolean that
-defaults to false has no default (omitting it means false). Arguments are still
+tools/list goes out slimmed, since the model pays every schema token: no ``title``
+keys, ``T | None`` published as ``T``, and no ``false`` defaults; arguments are still
 validated against the full signature.
 """
 
@@ -82,11 +80,8 @@ class SlimServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
-        """Run a tool; an argument that fails validation is named with the rule it broke.
-
-        An unknown tool is a protocol error (JSON-RPC -32602, invalid params) naming the
-        tools there are, not a tool result: the call never reached a tool.
-        """
+        """Run a tool, naming the rule a bad argument broke; an unknown tool is a protocol
+        error (-32602) naming the tools there are."""
         if self._tool_input_schema(name) is None:
             known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
             raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
@@ -159,12 +154,9 @@ def stop_on_signals(engine: Engine) -> None:
     """On SIGTERM or SIGINT, let the calls at work finish (up to ``STOP_SECONDS``), then
     exit 0 at once.
 
-    A stdio server waits in a thread reading stdin, which no signal interrupts, and as
-    PID 1 of a container it has no default action for SIGTERM at all: without this,
-    ``docker stop`` waits its full timeout and Ctrl-C waits for the next line. Every
-    write is one whole line under a lock, and the kernel drops the locks with the
-    process, so exiting between calls loses nothing.
-    """
+    stdin's reader thread ignores signals, and PID 1 in a container has no default
+    SIGTERM action, so without this ``docker stop`` waits out its timeout. Writes are
+    whole lines under locks, so exiting between calls loses nothing."""
 
     def stop(signum: int, _frame: object) -> None:
         began = time.monotonic()
@@ -194,10 +186,7 @@ async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:
 
 
 async def tool_set_costs(settings: Settings) -> dict[str, dict[str, int]]:
-    """Per ``--tools`` set, each tool's estimated tokens, from servers built to measure.
-
-    Listing tools builds no Service, so measuring never touches the user's data.
-    """
+    """Per ``--tools`` set, each tool's estimated tokens (no Service built: no data read)."""
     out = {}
     for tools in TOOL_SETS:
         app = build_server(Engine(settings.with_changes(tools=tools)))

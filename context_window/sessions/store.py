@@ -1,9 +1,7 @@
 """The session store: every session under ``<data>/sessions``, opened once and kept current.
 
-A session directory holds ``meta.json`` (id, title, created_at) and the journal
-``entries.jsonl`` (see ``sessions``). Opening a session whose meta.json is missing
-or unreadable rebuilds it, keeps the damaged copy as ``meta.json.corrupt`` and
-reports the repair in the session's status.
+A missing or unreadable meta.json is rebuilt, the damaged copy kept as
+``meta.json.corrupt`` and the repair reported in the session's status.
 """
 
 from __future__ import annotations
@@ -92,9 +90,8 @@ class SessionStore:
                 self._open.popitem(last=False)
 
     def save_snapshots(self, until: float) -> list[str]:
-        """At a clean stop: save a snapshot of each open session the last one lacks
-        records of, most first, each only when it is expected to end before ``until`` (a
-        ``time.monotonic()``), so the next start replays little. Returns the ids saved."""
+        """At a clean stop, save snapshots of open sessions with unsaved records, most
+        first, each only if expected to end before ``until`` (monotonic); the ids saved."""
         with self._open_guard:
             pending = sorted(self._open.values(), key=lambda s: -s.unsaved)
         saved = []
@@ -115,11 +112,7 @@ class SessionStore:
             return list(self._open)
 
     def recover(self) -> list[str]:
-        """Put back every session whose replace (an import) a crash interrupted.
-
-        An explicit step at start-up (``Service`` takes it), never a side effect of
-        reading: the CLI's read-only commands only report such a session (doctor).
-        """
+        """Put back every session whose import a crash interrupted (at start-up only)."""
         restored = recover_replaced(self.root)
         sweep_work(self.root)  # imports a crash interrupted
         for sid in restored:
@@ -208,9 +201,8 @@ class SessionStore:
         return (self.root / check_id(session_id, "session_id")).is_dir()
 
     def read(self, session_id: str) -> Session:
-        """A session replayed for reading only: nothing is written, not even a missing
-        meta.json (which ``open`` would rebuild), and it is not kept open. NotFound (naming
-        the data dir) if there is no such session."""
+        """A session replayed for reading only: nothing written, not kept open; NotFound
+        (naming the data dir) if there is none."""
         check_id(session_id, "session_id")
         directory = self.root / session_id
         if not directory.is_dir():
@@ -225,12 +217,8 @@ class SessionStore:
         return session
 
     def install(self, meta: dict[str, Any], journal: bytes, *, replace: bool) -> bool:
-        """Write a whole session (``meta`` and its journal bytes, as an import brings them)
-        beside the others, then move it into place in one rename; True if it replaced one.
-
-        A crash leaves either the old session or the new one (see ``recover``); the work
-        directory's lock marks the write as live meanwhile.
-        """
+        """Write a whole session (an import's ``meta`` and journal) beside the others and
+        rename it into place; True if it replaced one (``recover`` after a crash)."""
         sid = check_id(str(meta["id"]), "session id")
         final = self.root / sid
         if final.exists() and not replace:
@@ -261,12 +249,8 @@ class SessionStore:
         return list(self.page(None, 0, None).sessions)
 
     def page(self, text: str | None, offset: int, limit: int | None) -> SessionPage:
-        """Sessions whose id or title holds ``text`` (any case), newest first, from ``offset``.
-
-        Each call looks at every session's journal and meta.json with one stat each;
-        a meta.json is read again only when it changed (inode, mtime or size) since the
-        last call.
-        """
+        """Sessions whose id or title holds ``text`` (any case), newest first, from
+        ``offset``: a stat each, a meta.json read again only when it changed."""
         infos = [i for i in map(self._info, self.ids()) if i is not None]
         needle = (text or "").strip().casefold()
         kept = [i for i in infos if needle in i.id.casefold() or needle in i.title.casefold()]
