@@ -1,8 +1,7 @@
 """context-window: an external context buffer for small local models, served over MCP.
 
-``main`` is the program: the command line (``cli``) with the MCP edge (``server``)
-wired in as what it serves. The two edges never import each other; this is where
-they meet, and only when called (importing the package stays cheap).
+``main`` wires the MCP edge (``server``) into the command line (``cli``): the edges never
+import each other, and importing the package stays cheap.
 """
 
 from __future__ import annotations
@@ -43,15 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stop_on_signals_while_starting(importing: bool = True) -> None:
-    """SIGTERM or SIGINT before the server installs its own handlers ends the start with
-    status 0: as PID 1 of a container a signal with no handler is dropped, and imports
-    and setup take a second or two. Nothing has been written yet.
+    """SIGTERM or SIGINT before the server's own handlers ends the start with status 0
+    (PID 1 in a container drops an unhandled signal; nothing is written yet).
 
-    While ``importing``, the process ends at once: SystemExit raised in the middle of an
-    import may be wrapped by a library (pydantic-core makes it a SchemaError: status 1
-    and a traceback). Afterwards it raises SystemExit(0), so ``finally`` blocks run:
-    uvicorn puts this handler back and raises the signal again as it stops, and the
-    HTTP server saves its snapshots in such a block."""
+    While ``importing`` the process ends at once (a library may wrap SystemExit raised
+    mid-import); afterwards SystemExit(0) lets ``finally`` blocks run."""
 
     def stop(_signum: int, _frame: object) -> None:
         if importing:

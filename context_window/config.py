@@ -1,9 +1,7 @@
 """Settings: CLI flag > environment variable > default, resolved once into a frozen object.
 
-Each setting is declared once, as a field of :class:`Settings`: its name and type are
-the field's, and ``setting(...)`` gives its default, range, environment variable,
-flag and help. The command line's flags (``cli/main.py``), the environment parsing
-and the validation below are all derived from those declarations.
+Each setting is declared once, a field of :class:`Settings` with ``setting(...)``; the
+flags, the environment parsing and the validation derive from it.
 """
 
 from __future__ import annotations
@@ -312,11 +310,8 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tuple[int, int, float]:
-    """Chunk size, overlap and token ratio, or InvalidInput naming the first bad one.
-
-    The one rule for every source of these numbers: flags, environment, a document's
-    meta.json read back from disk, an imported export. The bounds are the settings'.
-    """
+    """Chunk size, overlap and token ratio, or InvalidInput naming the first bad one: the
+    one rule for flags, environment, a stored meta.json and an import."""
     size, per_char = _spec("chunk_tokens"), _spec("token_ratio")
     if not _is_int(tokens) or not _in_range(tokens, size.lo or 0, size.hi):
         raise InvalidInput(

@@ -1,11 +1,9 @@
 """The façade both edges call: builds the stores, the LLM client and the summarizer
 from Settings, and serves each tool with one method.
 
-A method takes the tool's arguments, does the work off the event loop under the right
-lock (see ``run``), and returns what the tool shows; the edge only renders it. Where
-an answer must fit a budget with the edge's words around it, the edge passes a layout
-(``models.RecallLayout``, ``tables.WindowLayout``, ``outline.OutlineLayout`` and
-``SearchLayout``) and the fitting happens here or below, never in the edge.
+A method does the work off the event loop under the right lock (``run``) and returns
+what the tool shows; where an answer must fit a budget, the edge passes a layout and
+the fitting happens here or below.
 """
 
 from __future__ import annotations
@@ -219,13 +217,9 @@ class Service:
         return "by words (BM25)" if self.embedder is None else self.embedder.describe()
 
     async def run(self, key: str, work: Callable[[], T]) -> T:
-        """``work()`` in a worker thread, after the calls before it on the same ``key``.
-
-        Nothing that can wait on a lock or compute for long runs on the event loop,
-        so one stuck session (a process stopped while it holds its journal lock) or a
-        long search delays only the calls on the same key; those give up with Busy
-        after ``WAIT_SECONDS``. Other sessions, other documents and /health go on.
-        """
+        """``work()`` in a worker thread, after the calls before it on the same ``key``, so
+        a stuck session or a long search delays only its own key (Busy after
+        ``WAIT_SECONDS``)."""
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
 
@@ -248,9 +242,8 @@ class Service:
         return await anyio.to_thread.run_sync(call)
 
     async def arrived(self, doc_id: str) -> None:
-        """Wait, at most ``FIRST_INGEST_WAIT`` seconds, while the first ingest of ``doc_id``
-        (in this process or another) is still running: a read of it then answers from
-        the finished document, not "no document". Busy if it runs longer."""
+        """Wait up to ``FIRST_INGEST_WAIT`` seconds for a first ingest of ``doc_id`` still
+        running (here or elsewhere); Busy if it runs longer."""
         check_id(doc_id, "doc_id")
         root, began = self.documents.root, time.monotonic()
         while not (root / doc_id).is_dir() and await anyio.to_thread.run_sync(

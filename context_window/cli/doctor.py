@@ -1,13 +1,8 @@
 """Doctor: audit a data dir without changing it, one line per problem found.
 
-``context-window doctor`` replays every session log and checks every document
-the way the server would read them, but reports instead of skipping:
-unreadable or torn log lines, patches for unknown entries, summaries whose
-``replaces`` name unknown entries, missing or corrupt ``meta.json`` files,
-documents whose meta, chunks and index disagree, and temporary files or
-directories left behind by a crashed writer. It only reads: nothing is repaired
-or deleted. It takes each session log's lock while reading it (as a writer does),
-so beside a live server it never mistakes a line being written for a torn one.
+Every session log is replayed and every document checked as the server reads them, but
+reported instead of skipped. Nothing is repaired; each log's lock is taken while it is
+read, so a line being written is never taken for a torn one.
 """
 
 from __future__ import annotations

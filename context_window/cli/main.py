@@ -1,10 +1,8 @@
 """Command line: parse flags, set up stderr logging, and run a command (serve by default).
 
-Every command is one row of ``commands()``: a name, a line of help, a function that
-adds its own arguments and one that runs it. Runners only call library functions,
-print what they return, and leave errors to ``main``, which turns any
-``ContextWindowError`` into one ``context-window: error:`` line (exit 1; 2 for a
-bad setting). The configuration flags are accepted before or after the command.
+Each command is a row of ``commands()``; runners call library functions and print what
+they return. ``main`` turns a ``ContextWindowError`` into one ``context-window: error:``
+line (exit 1; 2 for a bad setting).
 """
 
 from __future__ import annotations
@@ -167,18 +165,13 @@ MMAP_THRESHOLD = 1 << 20
 
 
 def tune_process() -> None:
-    """The process-wide settings, applied once at the entry point (library code never
-    touches the garbage collector, malloc or the environment).
+    """The process-wide settings, applied once here (library code never touches them).
 
-    - Garbage collection runs after 100,000 new objects, not 700: replaying a long
-      journal or ingesting a large log creates millions of objects that are never
-      garbage, and the default thresholds made a replay of 300k entries ~20% slower.
-    - glibc's mmap threshold is fixed at 1 MiB (here and, by its variable, in the
-      chunking child): glibc otherwise raises it to the largest block freed, numpy's
-      per-batch temporaries then come from the heap, and their pages stay with the
-      process (a 1 GB log's ingest peaked ~90 MB higher).
-    - numba (the ``fast`` extra) caches compiled code beside its source, or refuses to
-      compile where that is read-only: its cache goes where this user can write.
+    - GC after 100,000 new objects, not 700: a replay's millions of live objects made
+      the default ~20% slower at 300k entries.
+    - glibc's mmap threshold fixed at 1 MiB (and in the chunking child), so numpy's
+      temporaries give their pages back (a 1 GB ingest peaked ~90 MB lower).
+    - numba's cache where this user can write.
     """
     gc.set_threshold(100_000, 50, 100)
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD))

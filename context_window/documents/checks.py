@@ -1,16 +1,9 @@
-"""What a document's reader relies on, checked before it is relied on.
+"""What a document's reader relies on, checked before it is relied on, so a damaged file
+gives one clear error naming the document.
 
-Index files changed on disk (a bad sector, a hand edit, a file from another version)
-must give one clear error naming the document, not an IndexError deep in a search or
-a MemoryError from a header that claims 2^40 rows. Three levels, each bounded:
-
-- ``load_array`` checks an array file's header against the file's size before
-  anything is allocated or mapped.
-- The readers (``index.DocIndex``, ``tables.Tables``) check, as they read, the
-  values they are about to use: a slice's offsets, a posting's chunk numbers, a
-  heading id. Each check costs O(1) or O(what is read anyway).
-- ``verify_index`` checks every value at once, for doctor: linear in the index's
-  size, vectorised, reading memory-mapped arrays through the page cache.
+``load_array`` checks a header against the file's size before mapping; the readers
+check each value as they use it (O(1) or O(what is read)); ``verify_index`` checks
+every value at once, for doctor.
 """
 
 from __future__ import annotations
@@ -76,9 +69,8 @@ def check_span(name: str, offsets: npt.NDArray[Any], i: int, end: int) -> tuple[
 
 
 def check_offsets(name: str, offsets: npt.NDArray[Any], rows: int, end: int) -> None:
-    """What the readers check when they open: ``rows`` offsets from 0 to ``end``, never
-    falling. A long array's values between are checked as each slice is read instead
-    (``check_span``): opening a large index reads only its headers."""
+    """Offsets from 0 to ``end`` at both ends; values between are checked slice by slice
+    (``check_span``), so opening reads only headers."""
     if offsets.ndim != 1 or len(offsets) != rows:
         raise ValueError(f"{name}: {offsets.shape} offsets, expected {rows}")
     if int(offsets[0]) != 0 or int(offsets[-1]) != end:

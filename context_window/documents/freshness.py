@@ -1,14 +1,9 @@
 """Whether a file-backed document still matches its source file on disk.
 
-At ingest the store records the file's size and ``mtime_ns`` (``source_stat`` in
-meta.json) beside the sha256 of its bytes. doc_list checks every document, so the
-check is kept cheap: one stat. Same size and mtime is fresh; another size is
-changed; no file is missing. Only when the size is the same and the mtime differs
-is the file read again, through the same sandbox reader as doc_ingest, and
-hashed, so a file that was touched but not changed is not flagged (the store
-then records the new mtime, so it is hashed once, not on every doc_list).
-Inline text is never stale, and documents ingested before the stat was recorded
-are "unknown", not stale.
+One stat per document: the same size and ``mtime_ns`` is fresh, another size changed,
+no file missing. Only a new mtime at the same size is read again (through the sandbox)
+and hashed, and the new mtime recorded. Inline text is never stale; documents ingested
+without a stat are "unknown".
 """
 
 from __future__ import annotations

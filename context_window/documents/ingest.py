@@ -1,10 +1,8 @@
 """Ingest: a document built in a work directory and renamed into place, whole.
 
-Inline text is checked for a duplicate before anything is written; a file is copied in
-block by block (never in memory whole), which tells its sha256. A replacement keeps
-the chunk settings it was first ingested with, so unchanged text keeps its chunks, and
-its cursors carry over. A document written by an older release is re-indexed from its
-stored source.
+A file is copied in block by block, which tells its sha256; a replacement keeps its
+first chunk settings and carries its cursors. An older release's document is
+re-indexed from its stored source.
 """
 
 from __future__ import annotations
@@ -74,11 +72,8 @@ def ingest(
     *,
     rechunk: bool = False,
 ) -> Ingested:
-    """Ingest inline text or a file under an ingest root; the same doc_id replaces.
-
-    A replacement keeps the chunk settings the document was first ingested with,
-    so unchanged text keeps its chunks; ``rechunk`` uses this store's settings.
-    """
+    """Ingest inline text or a file under an ingest root; the same doc_id replaces, with
+    its first chunk settings unless ``rechunk``."""
     started = time.perf_counter()
     if (text is None) == (file_path is None):
         raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
@@ -126,9 +121,7 @@ def _ingest(
     started: float,
 ) -> Ingested:
     """Build a document in a work directory and rename it into place; a text another
-    document holds already, with no doc_id asked for, returns that one instead. A
-    file is first copied into the work directory (``source.place``), which tells its
-    sha256; inline text is checked for a duplicate before anything is written."""
+    document holds already, with no doc_id asked for, returns that one."""
     digest, size = source.sha256, source.size
     same = _same_content(store, digest, doc_id) if digest else None
     if same is not None and doc_id is None:
@@ -219,11 +212,8 @@ def _commit(store: DocumentStore, work: Path, doc_id: str) -> bool:
 
 
 def reindex(store: DocumentStore, doc: DocInfo) -> None:
-    """Rebuild a document written by an older release from its stored source.
-
-    Chunking is unchanged across index versions, so the chunks come out the same
-    and the cursors, chunk summaries and meta.json fields carry over as they are.
-    """
+    """Rebuild an older release's document from its source: chunking is unchanged, so
+    cursors, summaries and meta carry over."""
     folder = store.root / doc.id
     meta = store.read_meta(doc.id)
     if meta is None:

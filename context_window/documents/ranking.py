@@ -58,10 +58,8 @@ def pool(meaning: Rescore | None) -> int:
 
 
 def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
-    """The ``limit`` best chunks for analysed ``terms``, best first (ties by document,
-    then chunk index), scored as one index over all of ``corpus``'s documents; each is
-    (score, the document's place in the corpus, the chunk's number in it). The best k
-    of them are the best k for any lower limit."""
+    """The ``limit`` best chunks for ``terms`` over all of ``corpus``, best first (ties by
+    document, then chunk): (score, document's place, chunk number)."""
     scores, matched, bases = corpus.score(terms)
     candidates = np.flatnonzero(matched)
     if len(candidates) > limit:  # every chunk tied with the limit-th, then by position
@@ -97,16 +95,12 @@ def best_passages(
     reserve: int,
     meaning: Rescore | None = None,
 ) -> Answer:
-    """The best passages of ``hits`` (ranked chunks, best first; ``tables`` and ``corpus``
-    of every document searched) within ``budget`` less ``reserve``, with the first
+    """The best passages of ``hits`` within ``budget`` less ``reserve``, with the first
     occurrence of each best line's kind of match found through the index.
 
-    The first ``pool(meaning)`` hits are ranked by their passages (the mean passage
-    length from them, the idf from every document searched); any further hit (a limit
-    above that) ranks after them, in chunk order. So a passage's rank depends on the
-    query and the documents, never on ``limit``. ``meaning`` (``PassageMeaning``)
-    rescores the passages of those first hits; if it cannot, the first
-    ``CANDIDATE_CHUNKS`` are ranked by words alone.
+    The first ``pool(meaning)`` hits rank by their passages, further ones after them in
+    chunk order, so a rank never depends on ``limit``. ``meaning`` rescores those
+    passages; if it cannot, the first ``CANDIDATE_CHUNKS`` rank by words alone.
     """
     idf = idf_of(terms, corpus.stats.n, lambda t: len(j[0]) if (j := corpus.joined(t)) else 0)
     count = counter.count

@@ -1,10 +1,8 @@
 """A document's records: its metadata, and its memory-mapped chunk table and index.
 
-``Tables`` opens ``index/`` of one document (see ``build`` and ``index`` for the
-files) and reads chunk texts from ``source.txt`` by byte offset, so reading a few
-chunks of a 100 MB document reads a few kilobytes. A chunk's text is stored once,
-in the source; the chunk table holds only its offsets, tokens, first line and
-heading trail.
+``Tables`` opens one document's ``index/`` and reads chunk texts from ``source.txt`` by
+byte offset: the text is stored once, the table holds only offsets, tokens, first line
+and heading trail.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ from context_window.errors import StorageError
 from context_window.models import Chunk, Count, Reserve
 from context_window.storage import read_at
 
-# The arrays of a document's index/ directory, with the rows each holds beyond one per
-# chunk, or None when not per chunk. ``build`` and ``index`` write them, ``Tables``
-# and ``DocIndex`` read them, doctor checks them.
+# A document's index/ arrays, with the rows each holds beyond one per chunk (None: not
+# per chunk).
 INDEX_ARRAYS: dict[str, int | None] = {
     "spans.npy": 0,
     "chunks.npy": 0,
@@ -100,11 +97,8 @@ def _stat(value: Any) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Kept:
-    """Which chunks a re-ingest left unchanged: a leading run, and a trailing run that moved.
-
-    Chunks ``0..prefix-1`` kept their index and text. The last ``tail`` chunks kept
-    their text; old chunk ``tail_old + k`` is new chunk ``tail_old + shift + k``.
-    """
+    """Which chunks a re-ingest left unchanged: ``0..prefix-1`` as they were, and the last
+    ``tail``, old chunk ``tail_old + k`` now ``tail_old + shift + k``."""
 
     old_chunks: int
     new_chunks: int
@@ -180,11 +174,7 @@ class Tables:
             raise ValueError("chunk spans end before they start")
 
     def chunk_of(self, line: int) -> int:
-        """The chunk holding the start of source line ``line``.
-
-        That is the first chunk starting on that line (a long line is cut into several),
-        else the last one starting before it.
-        """
+        """The first chunk starting on source line ``line``, else the last before it."""
         starts = self.table[:, 3]
         i = int(np.searchsorted(starts, line, side="left"))
         if i < len(starts) and int(starts[i]) == line:
@@ -200,11 +190,8 @@ class Tables:
         return np.asarray(self.table[:, 2])
 
     def read(self, first: int, last: int) -> list[Chunk]:
-        """Chunks ``first..last`` (inclusive), read by byte offset from source.txt.
-
-        Each chunk's text is checked against the table (its length in characters),
-        so a source.txt changed behind the index is reported, not shown.
-        """
+        """Chunks ``first..last`` (inclusive) from source.txt, each checked against the
+        table, so a source changed behind the index is reported, not shown."""
         try:
             if first < 0 or last >= len(self.spans) or last < first:
                 raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")

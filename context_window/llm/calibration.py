@@ -1,13 +1,9 @@
 """Measure the loaded model's tokens per character and remember it per model.
 
-Two prompts of different lengths, each one user message with ``max_tokens: 1``:
-the slope ``Δprompt_tokens / Δchars`` cancels the chat template's fixed cost.
-The prompts are varied real text, prose interleaved with the technical notes a
-context buffer mostly holds, because one sentence repeated tokenizes unusually
-well and skews the ratio, and prose alone undercounts identifiers, paths and code.
-The result (with a small safety margin, see :func:`tokens.calibrated_ratio`) is
-stored in ``calibration.json`` with the model id, so a restart with the same model
-does not measure again.
+Two prompts of different lengths (``max_tokens: 1``): the slope ``Δprompt_tokens /
+Δchars`` cancels the chat template. The prompts mix prose with technical notes, which
+tokenize worse. The ratio (with a margin, ``tokens.calibrated_ratio``) is cached in
+``calibration.json`` per model.
 """
 
 from __future__ import annotations
@@ -42,9 +38,8 @@ PROSE: tuple[str, ...] = (
     "Glaciers carve valleys over thousands of years, leaving lakes and loose rock behind them.",
     "Children learn languages quickly when they hear them every day from people they trust.",
 )
-# What a context buffer mostly holds: notes with identifiers, paths and numbers, Markdown,
-# code, JSON. Prose alone tokenizes better than these (SmolLM2: 4.9 chars/token against
-# 3.2-3.7), and a ratio measured on prose alone undercounts them by 15-35 %.
+# Prose alone tokenizes better than notes, code and JSON (SmolLM2: 4.9 chars/token against
+# 3.2-3.7) and would undercount them by 15-35 %.
 TECHNICAL: tuple[str, ...] = (
     "Decision: keep entries.jsonl append-only; compaction writes one summary plus patches.",
     "Bug #1432: load_settings() ignored CTX_LLM_TIMEOUT=30 when --llm-timeout was unset (v0.4.2).",

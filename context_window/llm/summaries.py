@@ -1,11 +1,8 @@
 """Summaries: the LLM when it answers, extractive TF-ISF when it does not.
 
-Extractive summaries select whole sentences of the input by TF-ISF
-(term frequency, inverse sentence frequency): a sentence scores
-``sum over its distinct terms of (ln(S / sf) + 1) / sqrt(terms)`` with a small
-boost for the first sentences; the best are taken greedily to ~90 % of the
-target and emitted in their original order. Nothing is rephrased, so an
-extractive summary never says anything the input did not.
+An extractive summary takes whole sentences by ``sum over distinct terms of
+(ln(S / sf) + 1) / sqrt(terms)`` (a small boost for the first), greedily to ~90 % of
+the target, in their original order: it never says what the input did not.
 """
 
 from __future__ import annotations
@@ -319,10 +316,8 @@ def _continues(prev: str, line: str) -> bool:
 
 
 def _ends(segment: str, match: regex.Match[str]) -> bool:
-    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation or initial).
-
-    Only the next character and the word before are read, so splitting stays linear.
-    """
+    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation or
+    initial), reading only the next character and the word before."""
     nxt = _NEXT.search(segment, match.end())
     if nxt is None:
         return True

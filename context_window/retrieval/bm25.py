@@ -1,8 +1,5 @@
-"""BM25 (Okapi), as ``rank_bm25.BM25Okapi`` computes it, with the paper's names.
-
-Robertson's BM25 with k1 = 1.2, b = 0.75 and rank_bm25's floor for negative idf
-(epsilon x the average idf).
-"""
+"""BM25 (Okapi) as ``rank_bm25.BM25Okapi`` computes it: k1 = 1.2, b = 0.75, negative idf
+floored at epsilon x the average idf."""
 
 from __future__ import annotations
 
@@ -54,11 +51,8 @@ def term_scores(
 def smooth_neighbours(
     scores: npt.NDArray[np.float64], among: npt.NDArray[np.bool_], times: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
-    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time.
-
-    Neighbours are the adjacent entries of ``among`` (what recall may return) in
-    time order; entries outside ``among`` keep a score of 0.
-    """
+    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time
+    among ``among`` (what recall may return; others score 0)."""
     out = np.zeros_like(scores)
     idx = np.flatnonzero(among)
     if len(idx) == 0:
@@ -79,10 +73,8 @@ def best_first(
     times: npt.NDArray[np.float64],
     first: int | None = None,
 ) -> tuple[npt.NDArray[np.intp], int]:
-    """``positions`` by score, highest first, ties by time, latest first; and how many
-    are in that order. With ``first``, only the best ``first`` (and any tied with the
-    last of them) are put in order, the others after them in no order: a recall that
-    shows dozens of entries need not sort a hundred thousand matches."""
+    """``positions`` by score, highest first, ties latest first, and how many are in order:
+    with ``first``, only the best ``first`` (and ties) are sorted."""
     if first is not None and len(positions) > first:
         own = scores[positions]
         kth = np.partition(own, len(own) - first)[len(own) - first]

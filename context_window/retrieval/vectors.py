@@ -1,14 +1,9 @@
 """Vectors beside a session's journal or a document: derived, append-only, memory-mapped.
 
-``<session or document>/vectors/<model key>.f16`` holds a 16-byte header (magic and
-dimension), then one fixed-size record per vector: a position (an entry's in the
-journal's entry order), an id (the entry's, to tell a position that a purge moved; a
-passage's digest) and the unit vector in float16 (768 bytes for 384 dimensions). A
-writer takes the file's lock, cuts a torn last record (a crash mid-write) and
-appends; a reader maps the whole records and keeps the last one per position whose
-id still matches (``rows``) or per id (``lookup``). The file is a cache: losing it
-costs embedding again, never an entry. The model key names the model and the
-passage prefix, so vectors of another model are never mixed in.
+``vectors/<model key>.f16``: a 16-byte header (magic, dimension), then fixed records of
+(position, id, float16 unit vector). A writer takes the file's lock, cuts a torn last
+record and appends; a reader keeps the last record per position whose id still matches
+(``rows``) or per id (``lookup``). A cache: losing it costs embedding again.
 """
 
 from __future__ import annotations
@@ -94,9 +89,8 @@ class Vectors:
         return {i: data["vec"][r].astype(np.float32) for i, r in rows.items()}
 
     def cosines(self, query: F32) -> F32:
-        """Each record's vector times ``query``, as mapped at the last ``rows``: read in
-        blocks in file order (about twice as fast as gathering by position, and a
-        block's float32 copy is all the memory it takes)."""
+        """Each record's vector times ``query``, as mapped at the last ``rows``, read in
+        blocks in file order (twice as fast as gathering by position)."""
         data = self._data
         if data is None:
             return np.zeros(0, dtype=np.float32)

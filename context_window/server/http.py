@@ -1,9 +1,8 @@
 """Streamable HTTP: ``/mcp`` behind Host/Origin checks and an optional token, plus /health.
 
-The MCP SDK does the protocol, the DNS-rebinding checks (an allow-list of Host and
-Origin values) and the request-body limit; this module chooses those settings from
-``Settings``, adds the bearer-token check and the health route, and runs uvicorn
-with its log output on stderr only.
+The SDK does the protocol, the DNS-rebinding checks and the body limit; this module
+sets them from ``Settings``, adds the bearer token, the health route and the session
+guard, and runs uvicorn logging to stderr.
 """
 
 from __future__ import annotations
@@ -90,9 +89,8 @@ def allowed_host_names(settings: Settings) -> list[str]:
 def transport_security(settings: Settings) -> TransportSecuritySettings:
     """The SDK's Host/Origin allow-lists; off only for a public bind guarded by a token."""
     if settings.http_token and not is_loopback(settings.host):
-        # Clients reach a public bind by names we cannot know (LAN address, Docker
-        # port mapping, a reverse proxy); the required token already defeats DNS
-        # rebinding, since a browser page cannot supply it.
+        # A public bind is reached by names we cannot know; its required token already
+        # defeats DNS rebinding (a browser page cannot supply it).
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     names = allowed_host_names(settings)
     origins = [
@@ -174,13 +172,9 @@ MAX_SESSIONS = 1000  # open MCP sessions in all; past it the least recently used
 class SessionGuard:
     """ASGI middleware on /mcp: no client can exhaust the MCP sessions.
 
-    The SDK keeps up to 10,000 sessions for 30 idle minutes and then answers 503,
-    so one local process could lock every client out for half an hour. Here each
-    client address may hold ``per_client`` sessions and all clients ``total``: a
-    request that opens one more closes the least recently used session (of that
-    client, else of all), so a new client can always connect. Idle sessions are
-    closed by the SDK after ``--http-session-idle``. A client over its share of
-    opening requests in flight at once gets 429.
+    The SDK would keep 10,000 sessions for 30 idle minutes, then answer 503. Here a
+    client may hold ``per_client`` sessions and all ``total``: one more closes the least
+    recently used (the client's, else anyone's). Too many opening requests at once: 429.
     """
 
     def __init__(self, app: ASGIApp, mcp: MCPServer, per_client: int, total: int) -> None:

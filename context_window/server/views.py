@@ -1,10 +1,6 @@
 """What each tool returns: its text (from ``session_text`` and ``document_text``) and the
-same facts as structured content, built here and nowhere else.
-
-One function per tool, each taking what its Service call returned. Answers that must
-fit a budget have their structured content fitted too (``packing.fit_data``): some
-clients hand that to the model instead of the text.
-"""
+same facts as structured content, fitted to the budget too (some clients show the model
+that instead of the text)."""
 
 from __future__ import annotations
 
@@ -41,11 +37,8 @@ def result(
     budget: int | None = None,
     count: Count | None = None,
 ) -> CallToolResult:
-    """A tool result: compact text for the model plus the same facts as structured content.
-
-    With a ``budget``, the structured content is fitted to it on its own (see ``fit_data``):
-    some clients hand that to the model instead of the text.
-    """
+    """A tool result: the text plus the same facts as structured content, fitted on its
+    own to ``budget`` (``fit_data``)."""
     if budget is not None and count is not None:
         data = fit_data(data, budget, count)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
@@ -83,9 +76,8 @@ def pinned_data(entry: Entry) -> dict[str, Any]:
 
 
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
-    """A recalled entry as structured content: flags and lists only when set, so the
-    structured answer stays near the size of the text one (both must fit the budget).
-    (Its seq and tokens are left out: the text is there to measure.)"""
+    """A recalled entry as structured content, flags and lists only when set (seq and
+    tokens left out), so it stays near the text's size."""
     out: dict[str, Any] = {
         "id": entry.id,
         "ref": entry.ref,

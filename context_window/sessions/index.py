@@ -18,11 +18,8 @@ FOLD_POSTINGS = 65_536  # postings added before a MemoryIndex merges them into i
 class MemoryIndex:
     """An append-only in-memory inverted index; documents are numbered 0..n-1.
 
-    Postings live in two parts: a *base* of flat arrays (term t's documents are
-    ``base_docs[base_off[t]:base_off[t + 1]]``, as a snapshot stores them) and, for
-    what was added since, a small array per term. ``_fold`` merges the second into
-    the first once it grows, so a long session costs 8 bytes a posting, not an object
-    per term, and a snapshot is read back without building one.
+    Postings are a *base* of flat arrays (as a snapshot stores them) plus a small array
+    per term for what was added since, which ``_fold`` merges in once it grows.
     """
 
     def __init__(self) -> None:
@@ -36,10 +33,8 @@ class MemoryIndex:
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._doc_len: array[int] = array("I")
         self._total_len = 0
-        # (documents, average idf, document lengths) as of the last query, and the
-        # document frequencies behind it: after the first query, an append only adds
-        # its own terms' ids to _pending, so the next query updates df instead of
-        # walking every posting list again.
+        # The statistics as of the last query, and the df behind them: the next query
+        # updates df for the terms in _pending instead of walking every posting list.
         self._stats: tuple[int, float, npt.NDArray[np.int64]] | None = None
         self._df: npt.NDArray[np.int64] | None = None
         self._pending: list[int] = []
@@ -80,12 +75,8 @@ class MemoryIndex:
         lengths: npt.NDArray[np.int64],
         vocabulary: Sequence[str],
     ) -> None:
-        """Index a batch of documents at once, as :meth:`add` of each would.
-
-        ``doc[i]`` (0-based within the batch, ascending) holds ``vocabulary[term[i]]``
-        ``tf[i]`` times, one triple per distinct (document, term); ``lengths`` is each
-        document's total term count (``termcount.Triples`` has this shape).
-        """
+        """Index a batch as :meth:`add` of each would: ``doc[i]`` (ascending, within the
+        batch) holds ``vocabulary[term[i]]`` ``tf[i]`` times (``termcount.Triples``)."""
         base = len(self._doc_len)
         ids = np.empty(len(vocabulary), dtype=np.int64)
         # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
@@ -224,12 +215,8 @@ class MemoryIndex:
     def scores(
         self, query_terms: Sequence[str], exclude: npt.NDArray[np.bool_] | None = None
     ) -> FloatArray:
-        """BM25 score of every document for the query (repeated terms count again).
-
-        With ``exclude``, the statistics (N, df, average length, the idf floor) are
-        those of the corpus without the excluded documents, whose scores are 0: a
-        ranking over what can be returned, exactly as BM25Okapi over those alone.
-        """
+        """BM25 score of every document for the query (repeated terms count again); with
+        ``exclude``, exactly BM25Okapi over the others (excluded score 0)."""
         n_all = len(self._doc_len)
         out = np.zeros(n_all, dtype=np.float64)
         if n_all == 0 or not query_terms:
@@ -266,11 +253,7 @@ class MemoryIndex:
     def _excluded_df(
         self, exclude: npt.NDArray[np.bool_], gone: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.int64]:
-        """Per term, how many excluded documents hold it (cached until the excluded set changes).
-
-        Appends never change it: new documents are not excluded, so the cache only
-        has to grow to the new vocabulary.
-        """
+        """Per term, how many excluded documents hold it (cached until the set changes)."""
         terms = len(self._terms)
         key = (len(gone), hash(gone.tobytes()))
         cached = self._excluded

@@ -1,12 +1,9 @@
 """Recall by meaning as well as words, from the user's own embeddings endpoint.
 
-``Meaning`` (``blend``) ranks a recall's candidates by ``retrieval.meaning.interpolate``:
-the best ``depth`` entries by words and the best ``depth`` by cosine to the query.
-``Embedder`` fills each session's vectors in the background, newest entries first,
-in batches, never on an append's path; a recall that comes first embeds its best word
-matches itself, within the query's timeout. An endpoint that is down, slow or answers
-another dimension only delays them (``LLMClient`` cools down after a failure), and
-recall ranks by words until they are there.
+``blend`` ranks the best ``depth`` entries by words and by cosine with
+``retrieval.meaning.interpolate``. ``Embedder`` fills each session's vectors in the
+background, newest first, never on an append's path; a recall that comes first embeds
+its best word matches itself. Without vectors, recall ranks by words.
 """
 
 from __future__ import annotations
@@ -79,11 +76,10 @@ def blend(
     lexical: Mask,
     times: F64,
 ) -> tuple[F64, Mask] | None:
-    """Scores and candidates for a recall by meaning and words: the best ``depth`` by
-    words and the best ``depth`` by cosine first, by their interpolation (as 2 + it),
-    then the other word matches by words alone (below 1). None when no vector can be
-    compared with the query (none yet, or another dimension). The ``FILL_NOW`` best by
-    words that lack a vector (the entries were just appended) are embedded first."""
+    """Scores and candidates by meaning and words: the best ``depth`` by words and by
+    cosine first (2 + their interpolation), other word matches after (below 1); None
+    when no vector compares. The ``FILL_NOW`` best word matches lacking one are embedded
+    first."""
     vec, query, depth = meaning.vectors, meaning.query, meaning.depth
     assert query is not None
     rows = vec.rows(order)
@@ -114,11 +110,8 @@ def _records(
 
 @dataclass
 class Embedder:
-    """Fills the vectors of the sessions it is told about, one batch at a time.
-
-    ``lanes.run(key, work)`` runs ``work`` on the session's lane (``Service.run``), so
-    the embedder reads a session only between the calls that change it.
-    """
+    """Fills the vectors of the sessions it is told about a batch at a time, on each
+    session's lane (``lanes.run``), between the calls that change it."""
 
     client: LLMClient
     query_client: LLMClient

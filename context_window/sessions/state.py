@@ -1,10 +1,8 @@
 """The replayed state of one session's journal: its entries, their flags, and a BM25 index.
 
-Records are applied in file order, last value winning. Beside the entries' records
-(``Records``: held, or built from a snapshot's columns when asked for) the state keeps
-per-position arrays (time position, token cost, expiry, flags) so that recall works
-on numpy arrays, not on records. ``sessions.Session`` owns one and replaces it when
-the journal is rewritten.
+Records apply in file order, last value winning. Beside the records the state keeps
+per-position arrays (time position, token cost, expiry, flags), so recall works on
+numpy arrays.
 """
 
 from __future__ import annotations
@@ -100,9 +98,8 @@ def decode_text(data: bytes) -> str:
 
 
 class Blob:
-    """Bytes read by range: from memory, or from an open file (``os.pread``) whose
-    descriptor this owns and closes, so a file renamed over or removed meanwhile
-    stays readable."""
+    """Bytes read by range from memory, or by ``os.pread`` from a descriptor this owns (so
+    a file renamed over or removed stays readable)."""
 
     def __init__(self, data: bytes = b"", fd: int = -1, offset: int = 0) -> None:
         self._data = data
@@ -148,10 +145,8 @@ class Columns:
 
 
 class Records:
-    """Entry id -> its Record, read like a dict. An entry from a snapshot is built from
-    the snapshot's columns whenever it is asked for, with its flags, tokens and expiry
-    from the state's arrays (kept current as patches come); entries added since are
-    held as Records. A million-entry session so holds no object per entry but its id."""
+    """Entry id -> its Record, read like a dict: a snapshot's entries are built from its
+    columns when asked for, so a million-entry session holds no object per entry."""
 
     def __init__(self, state: SessionState, columns: Columns | None = None) -> None:
         # A proxy, not a reference: the state holds this, and a cycle would keep a
@@ -468,11 +463,8 @@ class SessionState:
                 self.resolve_superseded(old)
 
     def resolve_superseded(self, eid: str) -> None:
-        """Superseded = an explicit patch's value, else whether a live summary replaces it.
-
-        A pinned entry is never superseded: pins are never folded, even by a log that
-        an older version wrote (the summary then repeats it; nothing is hidden).
-        """
+        """An explicit patch's value, else whether a live summary replaces it; a pinned
+        entry never is (pins are never folded)."""
         if eid not in self.records:
             return
         value = self.explicit.get(eid)
