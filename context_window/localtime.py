@@ -1,8 +1,5 @@
-"""Times as people read them: local date and time, from seconds since 1970.
-
-Every time shown by a tool, a command or an export goes through ``local_time``; a
-stored time that is not a usable one (see ``time_or_none``) reads as unknown.
-"""
+"""Times as people read them: local date and time, from seconds since 1970; a stored time
+that is not usable (``time_or_none``) reads as unknown."""
 
 from __future__ import annotations
 

@@ -42,19 +42,16 @@ class Entry:
 
     @property
     def ref(self) -> str:
-        """A short name for the entry in its session, its id's letter and its number
-        (``e42``); every tool that takes an entry id takes it too. An id whose name
-        would not read as one (see ``REF``) is its own name."""
+        """A short name for the entry in its session (``e42``), taken by every tool that
+        takes its id; an id that would not read as one (``REF``) is its own name."""
         ref = f"{self.id[:1]}{self.seq}"
         return ref if REF.fullmatch(ref) else self.id
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """A slice of a document: ``text == source[start:end]``, under its heading trail.
-
-    ``line`` is the 1-based line number of ``start`` in the source (0: not known).
-    """
+    """A slice of a document, ``text == source[start:end]``, under its heading trail;
+    ``line`` is ``start``'s 1-based source line (0: not known)."""
 
     index: int
     text: str
@@ -109,11 +106,8 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class Recall:
-    """Entries chosen for a recall, best first, and what was left out.
-
-    ``searchable`` is False when a query was given but none of its words is
-    searchable (only stop words or punctuation): the newest entries were chosen.
-    """
+    """Entries chosen for a recall, best first, and what was left out; ``searchable`` is
+    False when no word of the query was searchable (the newest were chosen)."""
 
     entries: tuple[Entry, ...]
     candidates: int

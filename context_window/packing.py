@@ -28,25 +28,14 @@ def pack(
     overshoot: int | None = None,
     beyond: int | None = None,
 ) -> Packed:
-    """Choose items (by position in ``costs``, which is rank order) whose costs sum within budget.
+    """Choose items (positions in ``costs``, in rank order) whose costs sum within budget.
 
-    An item that does not fit is skipped and counted, and smaller ones after it
-    still get their chance. With ``at_least_one``, the first item is taken even
-    if it alone exceeds the budget (the caller truncates it).
-
-    When measuring an item is dear, ``costs`` may hold lower bounds: ``exact(i)``
-    then gives item i's true cost (None: it cannot be taken), and is only asked
-    while the bound still fits. Items whose bound no longer fits are passed over in
-    one step, and the walk stops once no bound further down fits. ``taken(i)`` is
-    told of each item chosen, in order, before the next is measured. With
-    ``overshoot``, the walk also stops once more items were measured in vain than
-    were chosen plus ``overshoot``: bounds that are loose (a label left out) must not
-    make a pack measure thousands of items to choose dozens.
-
-    ``beyond`` is the least bound of items that rank after these but are not listed
-    (not yet put in order): when the walk would reach one of them, it stops and says
-    so (``unlisted``); the caller then lists them all. Otherwise its choice is the one
-    the whole list would give.
+    An item that does not fit is skipped, later smaller ones still tried; ``at_least_one``
+    takes the first even if over. ``costs`` may be lower bounds, then ``exact(i)`` gives
+    the true cost (None: not takeable), asked only while the bound fits; ``taken(i)``
+    hears of each choice in order. ``overshoot`` stops a walk that measures too many in
+    vain. ``beyond`` bounds unlisted items ranked after these: reaching it stops the
+    walk as ``unlisted``, for the caller to list them all.
     """
     bounds = np.asarray(costs, dtype=np.int64)
     if beyond is not None:  # one item standing for the unlisted ones
@@ -146,12 +135,9 @@ _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # ma
 
 
 def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
-    """``data`` whose JSON is within ``budget`` tokens: trailing list items dropped, long
-    strings cut (with an ellipsis), largest first; then, if still over, whole lists
-    emptied and strings cut to an ellipsis, from the last key. Keys are never dropped
-    (they are the tool's output schema), so a budget below the keys alone is exceeded.
-    ``"cut": true`` marks a fitted answer. Lists are best first or in reading order, so
-    what is dropped is what matters least or comes last."""
+    """``data`` whose JSON fits ``budget``: trailing list items dropped and long strings
+    cut, largest first, then whole lists emptied from the last key. Keys are never
+    dropped (the output schema); ``"cut": true`` marks a fitted answer."""
     lists = [k for k, v in data.items() if isinstance(v, list) and v]
     # The common case, at the cost of one encoding of each item: keep the longest prefix
     # of the longest list that fits (the JSON is assembled from the items' own).
@@ -234,9 +220,8 @@ def fit_chunks(
     label: Callable[[Chunk], str] | None,
     counter: TokenCounter,
 ) -> tuple[list[Chunk], int, bool]:
-    """The leading ``chunks`` whose texts, ``label`` lines and separators fit ``room``:
-    (kept, tokens used, truncated). One chunk is always kept; when it alone is over,
-    its text is cut to fit (and its heading dropped when even that has no room)."""
+    """The leading ``chunks`` whose texts, labels and separators fit ``room``: (kept, used,
+    truncated). One chunk is always kept, cut to fit if alone over."""
 
     def cost(c: Chunk) -> int:
         head = counter.count(label(c)) if label is not None else 0

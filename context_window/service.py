@@ -217,9 +217,8 @@ class Service:
         return "by words (BM25)" if self.embedder is None else self.embedder.describe()
 
     async def run(self, key: str, work: Callable[[], T]) -> T:
-        """``work()`` in a worker thread, after the calls before it on the same ``key``, so
-        a stuck session or a long search delays only its own key (Busy after
-        ``WAIT_SECONDS``)."""
+        """``work()`` in a worker thread after the calls before it on ``key``: a stuck
+        session delays only its own key (Busy after ``WAIT_SECONDS``)."""
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
 

@@ -50,9 +50,8 @@ def truncate(text: str, budget: int, ratio: float, marker: str = " …") -> str:
 def longest_prefix(
     text: str, start: int, end: int, budget: int, ratio: float, *, shortest: int = 1
 ) -> int:
-    """The length of the longest ``text[start:start + n]``, ``shortest <= n <= end - start``,
-    whose estimate fits ``budget`` (``shortest`` when none does): a binary search, as the
-    estimate only grows with the length."""
+    """The longest ``n`` in ``shortest..end - start`` whose ``text[start:start + n]`` fits
+    ``budget`` (a binary search: the estimate grows with the length)."""
     lo, hi = shortest, end - start
     while lo < hi:
         mid = (lo + hi + 1) // 2

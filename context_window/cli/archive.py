@@ -1,12 +1,8 @@
 """Export a session or document from a data dir, and import an export into one.
 
-The file formats are ``archive``'s; this module reads and writes the data dir.
-Exports only read (a session's journal under its lock). Imports validate the whole
-file before writing anything, then write a session as a complete directory built
-under a hidden temporary name and renamed into place (a crash leaves nothing
-half-imported, only a ``.tmp-import-*`` directory ``doctor`` reports), and
-re-ingest a document through ``DocumentStore.ingest`` with the chunk settings it
-was exported with, so its chunks come out the same.
+Imports validate the whole file first; a session is written as a complete hidden
+directory renamed into place, a document re-ingested with the chunk settings it was
+exported with, so its chunks come out the same.
 """
 
 from __future__ import annotations

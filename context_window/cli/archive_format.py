@@ -1,22 +1,8 @@
 """Export files: sessions and documents as JSONL or Markdown, written and parsed back.
 
-Pure functions over records and text; reading and writing the data dir is
-``exchange``'s job. Every format opens with a header naming what it holds:
-
-- Session JSONL: ``{"format": "context-window/session", "version": 1, id, title,
-  created_at, …}``, then the journal's entry and patch records verbatim.
-- Session Markdown: ``<!-- context-window/session {header} -->``, a title, then per
-  record an ``<!-- context-window/entry {record without its text} -->`` comment
-  followed by the text in a backtick fence longer than any backtick run in it, or a
-  ``<!-- context-window/patch {record} -->`` comment. Only those comment lines and
-  the fences are read back; every other line is decoration for people, and always
-  starts with a fixed prefix, so entry text can never be taken for structure.
-- Document JSONL: ``{"format": "context-window/document", …meta}``, then the chunk
-  records (index, text, tokens, start, end, heading). Chunks skip the whitespace
-  between blocks, so a record carries that whitespace as ``before`` (and the last one
-  as ``after``) when there is any: the chunks then rebuild the text exactly.
-- Document Markdown: ``<!-- context-window/document {meta} -->`` on the first line,
-  then the original text, byte for byte.
+Pure functions over records and text (the formats: docs/operations.md). In Markdown only
+the ``<!-- context-window/... -->`` comment lines and the fences are read back; every
+other line starts with a fixed prefix, so entry text is never taken for structure.
 """
 
 from __future__ import annotations

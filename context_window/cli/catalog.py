@@ -1,10 +1,7 @@
 """A read-only look at a data dir: sessions with their counts, entries in any state, documents.
 
-What the command line shows people. Nothing here writes: sessions are replayed
-without ``SessionStore.open`` (which mends a missing ``meta.json``), a journal
-is locked only when it exists (locking creates the file), and the document store
-is never asked to ``recover`` crash leftovers, so ``doctor`` still sees
-them. A missing data dir is simply empty.
+Nothing here writes: no ``meta.json`` is mended, no missing journal created by locking,
+no crash leftover recovered (``doctor`` still sees them).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The command line's commands for people: look at the data dir, export and import.
 
-Part of the command-line layer (``cli`` builds the parser from these rows). Each
-command is a :class:`Command`: its arguments and a runner that calls ``catalog``,
-``views`` or ``exchange`` and prints the result; errors are left to ``cli.main``.
-Only ``import`` and ``purge`` write; import creates the data dir only once the file is
-valid, and purge only rewrites a session that exists.
-Library modules are imported inside the runners so ``--help`` stays fast.
+Each is a :class:`Command`: its arguments and a runner that prints what the library
+returns. Only ``import`` and ``purge`` write. Library modules are imported inside the
+runners so ``--help`` stays fast.
 """
 
 from __future__ import annotations

@@ -15,11 +15,8 @@ WIDTH = 24
 
 
 class Meter:
-    """A progress callback, ``meter(fraction, message)``, for one command.
-
-    On a terminal the line is redrawn in place (``\\r``) at most every ``REDRAW``
-    seconds and ended with a newline; elsewhere a plain line is written at each tenth.
-    """
+    """A progress callback ``meter(fraction, message)``: redrawn in place on a terminal at
+    most every ``REDRAW`` seconds, else a plain line at each tenth."""
 
     def __init__(
         self,

@@ -1,8 +1,5 @@
-"""Terminal views of sessions, entries, documents and search results (80 columns), and JSON.
-
-Each view takes what ``catalog`` returns and gives back text; ids are never
-shortened, so every one can be pasted into the next command.
-"""
+"""Terminal views (80 columns) and JSON of what ``catalog`` returns; ids are never
+shortened, so each can be pasted into the next command."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Per-session document cursors: one small JSON file per session in ``<doc>/cursors/``.
-
-``doc_window`` with a ``session_id`` reads and moves that session's own cursor,
-so two tasks paging one document do not move each other's (nor the shared
-cursor in ``meta.json``). Each session has its own file, written atomically, so
-processes moving different sessions' cursors never lose each other's writes:
-there is no shared read-modify-write. The files live in the document's
-directory, so ``doc_forget`` removes them; a re-ingest carries them over.
-"""
+"""Per-session document cursors: one small JSON file per session in ``<doc>/cursors/``,
+written atomically, so no two sessions share a read-modify-write; ``doc_forget`` removes
+them, a re-ingest carries them over."""
 
 from __future__ import annotations
 

@@ -1,30 +1,9 @@
 """A document's inverted index, built once at ingest and memory-mapped at search time.
 
-Layout of ``<doc>/index/`` (all arrays are ``.npy``, opened with ``mmap_mode="r"``,
-so opening an index after a restart reads only ``stats.json`` and array headers)::
-
-    terms.bin          the sorted distinct words, UTF-8, concatenated (no separators)
-    term_offsets.npy   uint64 [W+1]: word i is terms.bin[term_offsets[i]:term_offsets[i+1]]
-    numbers.npy        uint64 [M]:   the number terms (2 to 19 ASCII digits) by their keys,
-                                     ascending; number j is term W + j (``termcount``)
-    post_offsets.npy   uint64 [T+1]: term i's postings are [post_offsets[i]:post_offsets[i+1]]
-                                     (T = W + M)
-    post_chunks.npy    uint32 [P]:   chunk numbers, ascending within a term
-    post_tfs.npy       uint16|uint32 [P]: term frequency in that chunk
-    doc_len.npy        uint32 [N]:   terms per chunk (text and heading trail)
-    stats.json         {version, chunks, terms, postings, avgdl, average_idf}
-
-Words sort by UTF-8 bytes (the same order as Python sorts str), so a query term is
-found by binary search over the offsets, touching ~log2(W) pages of terms.bin; a
-number is found by its key in numbers.npy. Numbers are most of a log's terms, and
-kept apart they are never Python strings, neither at ingest nor at search.
-Scores are BM25 exactly as ``textindex`` computes them (and ``rank_bm25.BM25Okapi``):
-k1 = 1.2, b = 0.75, negative idf floored at 0.25 x the mean idf of all terms.
-
-Searching several documents uses corpus-wide statistics: N, df and the total
-length are summed over the documents, so a chunk scores as it would in one index
-of all chunks. The one approximation is the epsilon floor's mean idf, taken as the
-chunk-weighted mean of each document's own (exact for a single document).
+The files of ``<doc>/index/`` are listed in docs/storage.md. Numbers (2 to 19 digits, most
+of a log's terms) are integer keys in ``numbers.npy``, never Python strings. Scores are
+BM25 as ``rank_bm25.BM25Okapi`` computes them, with statistics summed over every document
+searched.
 """
 
 from __future__ import annotations
@@ -61,9 +40,7 @@ from context_window.retrieval.termcount import (
 )
 from context_window.storage import write_json_atomic
 
-# 2: Snowball-stemmed terms and the first line of each chunk in the chunk table.
-# 3: no chunks.jsonl; chunk texts are read from source.txt by the byte spans in spans.npy.
-# 4: number terms in numbers.npy, not in terms.bin.
+# 2: stemmed terms, first lines; 3: texts read from source.txt by spans.npy; 4: numbers.npy.
 INDEX_VERSION = 4
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
@@ -81,12 +58,8 @@ class OldIndex(ValueError):
 
 
 class IndexBuilder:
-    """Collects term-count triples batch by batch; ``write`` sorts them into postings.
-
-    Each batch's triples are appended to files in the ``spill`` directory as they come,
-    and ``write`` reads them back a block at a time, so neither the counting nor the
-    sorting holds a large document's postings in memory.
-    """
+    """Collects term-count triples batch by batch, spilled to files in ``spill``; ``write``
+    sorts them into postings a block at a time, never holding them all in memory."""
 
     def __init__(
         self,
@@ -113,9 +86,8 @@ class IndexBuilder:
         self.n_postings += len(batch.term)
 
     def _blocks(self, *columns: int, keep: bool = False) -> Iterator[list[npt.NDArray[np.uint32]]]:
-        """The spilled columns asked for (0 chunk, 1 term, 2 tf), in the order they were
-        added, a block of rows at a time; the spill files are removed once read, unless
-        ``keep``."""
+        """The spilled columns asked for (0 chunk, 1 term, 2 tf) a block of rows at a time;
+        the files are removed once read, unless ``keep``."""
         for f in self._spilled:
             f.close()
         self._spilled = []
@@ -131,11 +103,8 @@ class IndexBuilder:
                 path.unlink(missing_ok=True)
 
     def write(self, directory: Path, counter: TermCounter) -> dict[str, Any]:
-        """Write the index files into ``directory``; return the stats it wrote.
-
-        ``counter`` numbered the terms of the triples. Its words are emptied as they
-        are written: in a large document they are the largest thing the build holds.
-        """
+        """Write the index files into ``directory``; return the stats. ``counter``'s words
+        (the largest thing a build holds) are emptied as they are written."""
         directory.mkdir(parents=True, exist_ok=True)
         n_words, word_rank = _write_words(directory, counter)
         number_rank = _write_numbers(directory, counter.numbers, n_words)
@@ -243,9 +212,8 @@ def _ranks(
 
 
 def _cuts(offsets: npt.NDArray[np.int64], per_pass: int) -> list[int]:
-    """Term ranks that part the postings into ranges of about ``per_pass`` postings,
-    given each term's first posting (``offsets``, with the total last): the ranges are
-    [cuts[k], cuts[k + 1]), and a term's postings are never split."""
+    """Term ranks that part the postings into ranges ``[cuts[k], cuts[k + 1])`` of about
+    ``per_pass`` postings, never splitting a term's."""
     n, n_terms = int(offsets[-1]), len(offsets) - 1
     parts = max(1, -(-n // per_pass))
     # Integer bounds: float ones would make numpy copy every offset to float to compare.
@@ -429,12 +397,8 @@ class DocIndex:
         return verify_index(terms, off, self._numbers, self._post_off, self._chunks, self.n_chunks)
 
     def term_postings(self, term: str) -> Postings | None:
-        """(chunk numbers, term frequencies, chunk lengths) of ``term``, or None.
-
-        Short postings are remembered (at most ``FOUND_MEMO`` terms of up to
-        ``HELD_POSTINGS`` chunks), so searching many small documents costs a dictionary
-        look-up per document and term; long ones are cheap next to their scoring.
-        """
+        """(chunk numbers, term frequencies, chunk lengths) of ``term``, or None; short
+        postings are remembered, so many small documents cost a look-up each."""
         held = self._held.get(term, _UNSEEN)
         if held is not _UNSEEN:
             return held  # type: ignore[return-value]
@@ -510,12 +474,8 @@ def corpus_stats(indexes: Sequence[DocIndex]) -> CorpusStats:
 def score_all(
     indexes: Sequence[DocIndex], query_terms: Sequence[str]
 ) -> list[tuple[F64, npt.NDArray[np.bool_]]]:
-    """BM25 scores of every chunk of every index, with statistics over all of them.
-
-    Each index gets (scores, matched): ``matched`` marks chunks holding any query
-    term, since BM25 scores a term found in most chunks at or below zero (a
-    one-chunk document scores every term negative) and such chunks still match.
-    """
+    """BM25 (scores, matched) of every chunk of every index, with statistics over all;
+    ``matched`` marks chunks holding a query term even where BM25 scores it at or below 0."""
     scores, matched, bases = score_joined(indexes, query_terms)
     return [(scores[a:b], matched[a:b]) for a, b in itertools.pairwise(bases)]
 
@@ -532,15 +492,9 @@ JOINED_POSTINGS = 65_536  # a term's joined postings up to this long are remembe
 
 
 class Corpus:
-    """Several documents' indexes searched as one, with statistics over all of them.
-
-    Each term is scored once over the postings of every index joined: per document
-    a search only slices its postings, so hundreds of small documents cost little
-    more than one. A term's joined postings are remembered (up to ``FOUND_MEMO``
-    terms, each of at most ``JOINED_POSTINGS``), so a term searched again costs one
-    look-up, not one per document: the indexes never change once written, and a
-    store keeps a corpus only while its set of documents stays the same.
-    """
+    """Several documents' indexes searched as one, with statistics over all of them: each
+    term is scored once over every index's postings joined, and remembered (the indexes
+    never change, and a store keeps a corpus only while its documents do not)."""
 
     def __init__(self, indexes: Sequence[DocIndex]) -> None:
         self.indexes = list(indexes)

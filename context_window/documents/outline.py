@@ -1,10 +1,5 @@
-"""Outlines fitted to a budget: a document's structure, and the overview a search gives
-when its query has no searchable words.
-
-What fits is decided here; the words come from the caller's ``OutlineLayout`` (the
-server and the command line advise differently), so every line shown is measured as
-it will be read.
-"""
+"""Outlines fitted to a budget: a document's structure, and a search's overview when its
+query has no searchable words; the words come from the caller's ``OutlineLayout``."""
 
 from __future__ import annotations
 

@@ -24,12 +24,8 @@ async def ingest_in_thread(
     title: str | None = None,
     doc_id: str | None = None,
 ) -> Ingested:
-    """Run :meth:`DocumentStore.ingest` in a worker thread, reporting progress from here.
-
-    The worker only records its latest (fraction, message); this side polls it a few
-    times a second and forwards changes to ``report`` (progress out of 100), so the
-    heavy work never waits on the client.
-    """
+    """Run :meth:`DocumentStore.ingest` in a worker thread that records its latest progress;
+    this side polls it and forwards changes to ``report``, so the work never waits."""
     latest: list[tuple[float, str]] = [(0.0, "starting")]
 
     def note(fraction: float, message: str) -> None:

@@ -1,11 +1,8 @@
 """Document summaries: what text to give the summarizer, and the caches of what it said.
 
-A range that fits ``DIRECT_TOKENS`` is summarized from its text, overlap removed.
-A larger one (a whole 100 MB log) is never fed whole: the summarizer gets a sample
-of ``DIRECT_TOKENS`` worth of chunks, half evenly spaced over the range (first and
-last included) and half the chunks that rank highest for error and failure words,
-and the result says so. The whole-document summary is cached in meta.json; one-line
-chunk summaries (for doc_outline) are cached in ``summaries.jsonl``.
+A range within ``DIRECT_TOKENS`` is summarized from its text; a larger one from a sample
+of that size, half evenly spaced chunks and half those ranking highest for error
+words, and says so. Cached in meta.json; chunk summaries in ``summaries.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """OpenAI-compatible chat client for local model servers, with failures mapped once.
 
-One long-lived ``httpx.AsyncClient`` talks to LM Studio, Ollama or llama.cpp's
-server. Every failure (unreachable, timeout, non-2xx, not JSON, missing fields,
-empty answer) becomes an :class:`UpstreamError` with a short reason, and puts the
-client into a cooldown: for the next ``cooldown`` seconds calls fail at once
-without touching the network, so a 200-chunk document does not wait on 200
-timeouts.
+One long-lived ``httpx.AsyncClient``; every failure becomes an :class:`UpstreamError`
+with a short reason and starts a ``cooldown`` in which calls fail at once, so a
+200-chunk document does not wait on 200 timeouts.
 """
 
 from __future__ import annotations

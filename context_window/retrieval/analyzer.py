@@ -1,10 +1,7 @@
 """The analyzer: text to retrieval terms, on the index and the query alike.
 
-Terms are lowercase words; identifiers are indexed whole and by their parts, so
-``getUserName`` yields ``getusername get user name`` and ``blk_38`` yields
-``blk_38 blk 38``. Stop words (one standard English list, which the summarizer
-shares) are dropped, and alphabetic terms are reduced to their Snowball English
-stem (PyStemmer), so "retries" finds "retry".
+Lowercase words; identifiers whole and by their parts (``getUserName``: ``getusername
+get user name``); stop words dropped; alphabetic terms Snowball-stemmed (PyStemmer).
 """
 
 from __future__ import annotations
@@ -22,10 +19,8 @@ _WORD = regex.compile(r"[\w$]+")
 # Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
 # accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
-# A standard English list of function words (articles, pronouns, auxiliaries, conjunctions,
-# question words and the commonest prepositions). Words that carry meaning in logs and
-# notes ("out" of memory, link "down", power "off", "more" failures) are not on it.
-# Checked on the lowercased word, before stemming.
+# Function words only: words that carry meaning in logs ("out" of memory, link "down",
+# power "off") are kept. Checked on the lowercased word, before stemming.
 STOP_WORDS = frozenset(
     "a about also am an and are as at be been being but by can could did do does doing for "
     "from had has have having he her here hers herself him himself his how i if in into is it "
@@ -108,10 +103,8 @@ class Analyzer:
         return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
 
     def query(self, text: str) -> list[str]:
-        """A query's distinct terms, first seen first; InvalidInput past ``limits``.
-
-        The length is checked before any work, so an oversized query costs nothing.
-        """
+        """A query's distinct terms, first seen first; InvalidInput past ``limits``
+        (checked before any work)."""
         limits = self.limits
         if len(text) > limits.max_chars:
             raise InvalidInput(

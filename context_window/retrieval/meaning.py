@@ -1,10 +1,6 @@
-"""Meaning beside words: a lexical score and a cosine similarity, each min-max
-normalised over the candidates, added at equal weight.
-
-Equal weight is the principled choice when neither signal is known to be better on
-the data at hand; an outside study measured it ahead of reciprocal rank fusion
-(+0.031 against +0.007 on held-out conversations) with two different models.
-"""
+"""Meaning beside words: a lexical score and a cosine, each min-max normalised over the
+candidates, added at equal weight (an outside study measured it ahead of reciprocal
+rank fusion, +0.031 against +0.007, with two models)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What every tool adapter shares: error mapping, the audit line and the annotations.
-
-Core errors become the SDK's ToolError here and nowhere else; anything
-unexpected is logged with its traceback and reported generically.
-"""
+"""What every tool adapter shares: error mapping (core errors become ToolError here and
+nowhere else), the audit line and the annotations."""
 
 from __future__ import annotations
 
@@ -105,11 +102,8 @@ _TYPES = {
 
 
 def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> str:
-    """One short line per invalid argument, in the words a model can act on.
-
-    pydantic's own report spans several lines per problem, repeats the input and
-    links to its documentation; this names the argument and the rule it broke.
-    """
+    """One short line per invalid argument, naming it and the rule it broke (pydantic's
+    report spans lines and repeats the input)."""
     properties = (schema or {}).get("properties", {})
     lines: list[str] = []
     for err in error.errors(include_url=False):
@@ -158,10 +152,8 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
     return "is invalid: " + str(err["msg"]).split("\n", 1)[0]
 
 
-# The keys of each tool's structured content, published as its outputSchema (every key
-# is always there; "cut": true is added when an answer was fitted to its budget). Names
-# only, no types: every schema token is paid in every request. A test checks real
-# results against these, key for key.
+# The keys of each tool's structured content, published as its outputSchema (names only:
+# every schema token is paid per request); "cut": true is added to a fitted answer.
 _DOC = "id title source sha256 chars chunks tokens cursor created_at summary_cached"
 OUTPUT_KEYS = {
     "context_guide": "data_dir budget ingest_roots token_counts token_ratio summarizer tools",

@@ -23,10 +23,8 @@ Budget = Annotated[int | None, Field(ge=64, le=1_000_000)]
 def from_keyword(
     fn: Callable[P, Awaitable[CallToolResult]],
 ) -> Callable[P, Awaitable[CallToolResult]]:
-    """Let a tool take the argument ``from`` (a Python keyword) as its ``from_`` parameter.
-
-    The SDK validates arguments by their alias and passes them by alias too.
-    """
+    """Let a tool take the argument ``from`` (a Python keyword) as ``from_``: the SDK
+    validates and passes arguments by alias."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:

@@ -1,10 +1,5 @@
-"""The Service behind the tools, built beside the handshake rather than before it.
-
-The handshake and tools/list need none of it: the stores (and their crash recovery),
-numpy, the index and the LLM clients load in a worker thread as serving begins, and a
-tool call waits for them only if it comes before they are loaded. A client so sees the
-server's first reply as early as the SDK's own servers give it.
-"""
+"""The Service behind the tools, built in a worker thread as serving begins: the handshake
+and tools/list need none of it, so the first reply comes as early as the SDK's own."""
 
 from __future__ import annotations
 

@@ -74,9 +74,8 @@ def render_open(o: Opened) -> str:
 
 
 def recall_label(entry: Entry, dated: bool = False) -> str:
-    """The short line above each recalled entry: its short name, its role, tags and flags
-    if any, and the day it was saved when the entries shown are from several days (so
-    no model takes the day an entry was saved for a date its text speaks of)."""
+    """The line above each recalled entry: short name, role, tags and flags, and the day
+    saved when the entries span days (never mistaken for a date in the text)."""
     role = "" if entry.role == "note" else f" {entry.role}"
     tags = "".join(f" #{t}" for t in entry.tags)
     flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
@@ -154,11 +153,8 @@ def recall_body(rec: Recall) -> str:
 def render_recall(
     rec: Recall, terse: bool = False, used: int | None = None, body: str | None = None
 ) -> str:
-    """context_recall's text: a header with counts and tokens, then entries best first.
-
-    ``used`` is the answer's own size for the header (default: what was packed);
-    ``body`` is ``recall_body(rec)`` when the caller has it already.
-    """
+    """context_recall's text: a header with counts and tokens (``used``), then entries best
+    first (``body``, when the caller has it)."""
     p = rec.packed
     header = recall_header(
         len(rec.entries),

@@ -1,13 +1,9 @@
 """stdio: every request that has an id gets an answer, even one the SDK cannot read.
 
-The SDK's stdio reader drops a line that does not validate as JSON-RPC 2.0 (a BOM,
-``"jsonrpc": "1.0"``, ``params`` given as an array, a lone surrogate in a string),
-so the client waits for an answer that never comes. Here each line is checked the
-way the SDK will check it, first: lines it accepts pass through unchanged; for the
-others the server answers a JSON-RPC error itself, with the request's id when the
-line is JSON enough to hold one (``null`` otherwise, as JSON-RPC 2.0 says), and
-one line on stderr says why. Notifications, which must not be answered, are only
-logged.
+The SDK's reader drops a line that is not valid JSON-RPC 2.0 (a BOM, an array of
+params, a lone surrogate), leaving the client waiting. Each line is checked first:
+accepted lines pass unchanged, others get a JSON-RPC error with their id (or null) and
+a line on stderr; notifications are only logged.
 """
 
 from __future__ import annotations

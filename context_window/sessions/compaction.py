@@ -66,12 +66,8 @@ def _render(entry: Entry) -> str:
 def check_pins(
     state: SessionState, entry_id: str, pinned: bool | None, deleted: bool | None
 ) -> None:
-    """Refuse a change that would fold a pinned entry into a summary.
-
-    Redoing an undone compaction (``deleted=False`` on its summary) folds its
-    originals again: not if one was pinned since, or folded by a later summary.
-    Pinning an entry a live summary folds would leave a pin nobody sees.
-    """
+    """Refuse a change that would fold a pinned entry into a summary (redoing an undone
+    compaction, or pinning an entry a live summary folds)."""
     rec = state.records[entry_id]
     if deleted is False and rec["deleted"] and rec["replaces"]:
         for old in rec["replaces"]:

@@ -1,9 +1,5 @@
-"""Hard facts in notes (URLs, paths, identifiers, numbers) and which of them a summary lost.
-
-A summary may paraphrase prose freely, but a port number, a file path or a
-function name that it drops is gone for good from the live session. Compaction
-uses :func:`lost_facts` to find those and keeps them beside the summary.
-"""
+"""Hard facts in notes (URLs, paths, identifiers, numbers) and which of them a summary
+lost: compaction keeps those beside it (``lost_facts``)."""
 
 from __future__ import annotations
 
@@ -13,9 +9,8 @@ import sys
 import regex
 
 _URL = r"\b(?:https?|ftp|file)://[^\s<>\"'`]+"
-# Runs are bounded where a match may be retried from many starts in one long word (the
-# local part of an address is at most 64 characters, a label or path segment 255), so
-# extraction stays linear in the text's length.
+# Runs are bounded (an address's local part is at most 64 characters, a label or segment
+# 255), so extraction stays linear in the text's length.
 _EMAIL = r"\b[\w.+-]{1,64}+@[\w-]{1,255}+(?:\.[\w-]{1,255}+)+\b"
 # Paths: rooted (/a, ~/a, ./a, ../a, C:\a) or relative with at least one separator.
 _PATH = (
@@ -75,12 +70,8 @@ def _kinds(text: str) -> dict[str, str]:
 
 
 def lost_facts(originals: str, summary: str) -> list[str]:
-    """Facts of ``originals`` that ``summary`` does not contain verbatim.
-
-    URLs and e-mail addresses come first, then paths, identifiers and numbers; each
-    group in order of first appearance, so a caller keeping only the first few
-    keeps the most telling ones.
-    """
+    """Facts of ``originals`` that ``summary`` does not contain verbatim: URLs and
+    addresses first, then paths, identifiers and numbers, each first seen first."""
     kinds = _kinds(originals)
     lost = [fact for fact in kinds if not _contains(summary, fact)]
     return sorted(lost, key=lambda fact: PRIORITY[kinds[fact]])  # stable: first seen first

@@ -1,11 +1,6 @@
-"""Strings numbered in the order they were added (a session's entry ids, its index's
-terms), found by their number and, through a saved table, by their text.
-
-A snapshot saves each string's stable 64-bit hash, sorted, beside its number: a
-process that reads the snapshot finds a string with one binary search and a compare,
-and so never hashes a million strings into a dict before its first lookup. Strings
-added afterwards go to a dict.
-"""
+"""Strings numbered in the order they were added (entry ids, index terms), found by number
+and, through a snapshot's saved table of sorted 64-bit hashes, by text with one binary
+search: a million strings are never hashed into a dict before the first lookup."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The journal's record schema, checked in one place: replay, import and doctor use it.
 
-A journal is a file anyone can edit, and an import is a file anyone can craft. A
-record that breaks the schema is skipped (structure: ids, text, sequence numbers, what
-a summary folds) or served around (times: a time that is not a finite number in
-range reads as unknown); either way it is counted, and doctor names it. Nothing in a
-record may stop replay, listing, the CLI or doctor.
+A record that breaks it is skipped (ids, text, seq, what a summary folds) or served
+around (a bad time reads as unknown), counted, and named by doctor: nothing in a
+record may stop replay.
 """
 
 from __future__ import annotations
@@ -112,9 +110,8 @@ def updated_time(journal: Path, meta: dict[str, Any]) -> float:
 def without(
     records: list[dict[str, Any]], gone: set[str], known: Callable[[str], bool]
 ) -> tuple[list[dict[str, Any]], int, int]:
-    """A purge's records: those of entries not ``gone``, and patches of ``known`` entries
-    not gone, with ``gone`` left out of every ``replaces``; and how many patches and
-    records of an unknown kind were dropped."""
+    """A purge's records without ``gone`` entries (nor their patches, nor in ``replaces``),
+    and how many patches and unknown records were dropped."""
     kept: list[dict[str, Any]] = []
     patches = unknown = 0
     for rec in records:

@@ -145,9 +145,8 @@ class Session:
         self._apply(records)
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records``, counting them toward the next snapshot: one is due once
-        replaying them would take a start longer than loading the snapshot does (42 µs a
-        record, 0.24 µs an entry at 1M entries), and after ``snapshot_after`` at most."""
+        """Apply ``records``; a snapshot is due once replaying the unsaved ones would take
+        longer than loading one (42 µs a record, 0.24 µs an entry), or at ``snapshot_after``."""
         self._state.apply(records)
         self._unsaved += len(records)
         tail = max(SNAPSHOT_MIN, len(self._state.order) // TAIL_SHARE)
@@ -200,10 +199,8 @@ class Session:
         return [self._entry(i, now) for i in ordered]
 
     def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
-        """The live pinned entries, and the ``latest`` live unpinned ones, each in time
-        order (as :meth:`entries` orders them). The pins are looked up by position and
-        the latest entries from the end, so the cost is what is shown (and the pins),
-        not the session's size."""
+        """The live pinned entries and the ``latest`` live unpinned ones, each in time
+        order, at a cost of what is shown, not of the session's size."""
         self.refresh()
         now = self.clock()
         state = self._state
@@ -411,15 +408,12 @@ class Session:
         reserve: int | Callable[[int, bool], int] = 0,
         meaning: Rescore | None = None,
     ) -> Recall:
-        """Rank entries and pack the best into ``budget`` tokens, best first. Pinned
-        entries first. With a query, the rest rank by BM25 over the entries
-        recall can return, each gaining ``NEIGHBOUR_WEIGHT`` x the BM25 of the entries
-        just before and after it in time (an answer usually sits next to the turn that
-        names its topic); only entries matching a query term, recency breaking ties;
-        without a searchable query, the newest. An entry costs its text and ``label``
-        (dated if those shown span days); ``reserve`` (or ``reserve(candidates,
-        searchable)``) tokens are the header's. ``meaning`` (``sessions.meaning.blend``)
-        ranks by meaning and words, entries sharing no word included."""
+        """Rank entries and pack the best into ``budget`` tokens, pinned first.
+
+        With a query, entries matching a term rank by BM25 plus ``NEIGHBOUR_WEIGHT`` x
+        their neighbours' in time, recency breaking ties (``meaning``: by meaning and words,
+        ``sessions.meaning.blend``); else the newest. An entry costs its text and ``label``;
+        ``reserve`` tokens are the header's."""
         self.refresh()
         wanted = set(check_tags(tags))
         n = len(self._state.order)

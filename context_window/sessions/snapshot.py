@@ -1,18 +1,12 @@
-"""A session's replayed state saved beside its journal, so the next process reads the
-state and replays only what was appended after it.
+"""A session's replayed state saved beside its journal, so the next process replays only
+what was appended after it.
 
-``snapshot.json`` holds the journal position the state reflects (the offset, the
-file's first bytes and the bytes just before the offset), the small fields, and the
-name of a ``snapshot-<hex>/`` directory of plain ``.npy`` arrays: the per-position
-arrays, the entry texts and the in-memory index. numpy memory-maps them
-(``np.load(mmap_mode="r")``), so what is never read is never in memory. A directory is
-written whole under a temporary name, renamed, and only then named by a new
-``snapshot.json`` (written atomically): the switch is one rename, and a crash leaves
-the previous snapshot or none, never a torn one. The snapshot is a cache, never
-trusted over the journal: it is used only when the journal still starts with those
-bytes and holds the same bytes before that offset, when its format, the analyzer and
-every part agree; anything else and the session is replayed from its first line.
-Earlier formats never shipped in a release: such a snapshot is replayed over and replaced.
+``snapshot.json`` holds the journal position (offset, first bytes, bytes before it), the
+small fields and the name of a ``snapshot-<hex>/`` directory of ``.npy`` arrays, mapped
+with ``mmap_mode="r"``. The directory is written whole and renamed before a new
+``snapshot.json`` names it, so a crash leaves the old snapshot or none. A cache, never
+trusted over the journal: any mismatch of position, format, analyzer or parts replays
+the journal (earlier formats never shipped).
 """
 
 from __future__ import annotations
@@ -66,11 +60,8 @@ class Loaded:
 
 
 def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> bool:
-    """Write ``state`` (as of ``position``) to ``directory/snapshot.npz`` atomically; False
-    when another process is saving one at the same moment (its own will do).
-
-    OSError when it cannot be written (the caller logs it: a snapshot is optional).
-    """
+    """Write ``state`` (as of ``position``) atomically; False when another process is
+    saving one (OSError if it cannot be written: the caller logs it)."""
     terms, index = state.index.export()
     meta = {
         "format": FORMAT,
@@ -127,9 +118,8 @@ def _split(joined: npt.NDArray[Any]) -> list[str]:
 
 
 def _entry_columns(state: SessionState) -> Columns:
-    """The entries' fields as columns (tags and replaces by position, those set): a
-    state read from a snapshot gives its columns for the positions it held, and only
-    the entries added since are taken from their records."""
+    """The entries' fields as columns: a snapshot's columns for its positions, plus the
+    entries added since from their records."""
     base = state.records.columns
     if base is None:
         base = Columns(
@@ -249,9 +239,8 @@ def remove(directory: Path) -> None:
 
 
 class ByPosition(Mapping[int, tuple[str, ...]]):
-    """A snapshot's tags by position: the positions in order, and a line of JSON for
-    each, read when asked for (a million-entry session does not parse 100k lists to
-    open)."""
+    """A snapshot's tags by position: the positions in order and a line of JSON each,
+    parsed when asked for."""
 
     def __init__(self, at: npt.NDArray[np.int64], lines: list[str], n: int) -> None:
         """ValueError unless ``at`` ascends within the ``n`` positions, a line each."""
