@@ -55,8 +55,7 @@ def setting(
     shown: str | None = None,
     secret: bool = False,
 ) -> Any:
-    """Declare a field of Settings: ``flag`` is ``"--name METAVAR"``; a secret stays out
-    of repr. An empty variable sets an empty string default; it is ignored otherwise."""
+    """Declare a field of Settings (``flag``: ``"--name METAVAR"``; a secret stays out of repr)."""
     name, _, metavar = (flag or "").partition(" ")
     spec = Spec(env, name or None, metavar or None, help, lo, hi, off, shortcuts, shown)
     meta = {"spec": spec}
@@ -310,8 +309,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tuple[int, int, float]:
-    """Chunk size, overlap and token ratio, or InvalidInput naming the first bad one: the
-    one rule for flags, environment, a stored meta.json and an import."""
+    """Chunk size, overlap and ratio, or InvalidInput: one rule for every source of them."""
     size, per_char = _spec("chunk_tokens"), _spec("token_ratio")
     if not _is_int(tokens) or not _in_range(tokens, size.lo or 0, size.hi):
         raise InvalidInput(

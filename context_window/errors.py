@@ -36,8 +36,7 @@ REMEDIES = (
 
 
 class ContextWindowError(Exception):
-    """Base class; ``remedy`` (one of ``REMEDIES``) and its ``facts`` are worded by the
-    edge that shows the error (``advised``)."""
+    """Base class; ``remedy`` and its ``facts`` are worded by the edge (``advised``)."""
 
     def __init__(self, message: str = "", *, remedy: str | None = None, **facts: str) -> None:
         super().__init__(message)
@@ -46,8 +45,7 @@ class ContextWindowError(Exception):
 
 
 def advised(exc: ContextWindowError, advice: dict[str, str]) -> str:
-    """The message followed by the edge's wording of its remedy, which starts with its own
-    separator and may name ``{facts}``."""
+    """The message and the edge's wording of its remedy (own separator, ``{facts}``)."""
     wording = advice.get(exc.remedy or "", "")
     return str(exc) + wording.format(**exc.facts)
 

@@ -1,5 +1,5 @@
-"""Append-only JSONL journals: one locked write of whole lines per append, replayed by
-any number of readers and processes, a torn line skipped and never fatal."""
+"""Append-only JSONL journals: locked whole-line appends, any number of readers, torn
+lines skipped."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ def parse_line(line: bytes | str) -> dict[str, Any] | None:
 
 
 def _parse_all(lines: list[bytes]) -> list[dict[str, Any] | None]:
-    """``parse_line`` of each line, decoded as one text and parsed in place; a line that
-    does not parse whole that way goes through ``parse_line`` itself."""
+    """``parse_line`` of each line, decoded as one text and parsed in place."""
     try:
         text = b"\n".join(lines).decode("utf-8")
     except UnicodeDecodeError:
@@ -70,8 +69,7 @@ _JSON_SPACE = " \t\r"
 REWRITE = "rewrite"  # the kind of the identity line a rewritten journal starts with
 
 
-# Closes off a torn line: no JSON text ends in NUL, so it never parses, and a reader that
-# skipped the torn part ignores this alone on its line.
+# Closes off a torn line: no JSON text ends in NUL, so it never parses.
 _CLOSED = b"\x00"
 _HEAD_BYTES = 256  # how much of a journal's start identifies it, beside its inode
 _TAIL_BYTES = 64  # and the bytes just before a reader's offset, which must not change
@@ -79,8 +77,7 @@ _TAIL_BYTES = 64  # and the bytes just before a reader's offset, which must not 
 
 @dataclass(frozen=True)
 class JournalPosition:
-    """How far a journal was read: the offset, the file's first bytes and the bytes just
-    before the offset (which identify the file and the offset), and the lines skipped."""
+    """How far a journal was read: offset, first bytes, bytes before it, lines skipped."""
 
     offset: int
     head: bytes
@@ -107,8 +104,7 @@ class Journal:
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) after the last read/write
         self.generation = 0  # bumped when the file was replaced (a purge): replay from 0
         self.writable = True  # False when the file could be opened for reading only
-        # The last bytes read or written, just before the offset: if they change, the
-        # file was replaced in place and the offset means nothing any more.
+        # The bytes just before the offset: if they change, the file was replaced in place.
         self._tail = b""
 
     @contextlib.contextmanager
@@ -128,8 +124,7 @@ class Journal:
                     self._fd = None
 
     def _open(self) -> int:
-        """The journal opened for appending, or, where it cannot be written (a read-only
-        file system or file), for reading only: reads never need write access."""
+        """The journal opened for appending, or read-only where it cannot be written."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self.writable = True
@@ -189,8 +184,7 @@ class Journal:
         return JournalPosition(self._offset, self._head, self._tail, self.skipped)
 
     def resume(self, at: JournalPosition) -> bool:
-        """Go on reading from ``at`` if the file still holds the same first bytes and the
-        same bytes before that offset; False, changing nothing, otherwise."""
+        """Read on from ``at`` if the file still matches it; False, changing nothing, if not."""
         assert self._fd is not None, "resume needs the lock"
         if self._offset or at.offset < len(at.tail) or os.fstat(self._fd).st_size < at.offset:
             return False
@@ -278,8 +272,7 @@ class Journal:
             or os.pread(self._fd, len(self._head), 0) != self._head
             or os.pread(self._fd, len(self._tail), self._offset - len(self._tail)) != self._tail
         ):
-            # Truncated, or restored from a copy, in place (same inode): read it afresh,
-            # as after a purge (the caller replays from the start).
+            # Truncated or restored in place (same inode): read afresh, as after a purge.
             log.warning("%s was truncated or replaced in place; reading it again", self.path)
             self._offset = 0
             self.skipped = 0
@@ -291,8 +284,7 @@ class Journal:
             return []
         data = os.pread(self._fd, size - self._offset, self._offset)
         end = data.rfind(b"\n") + 1
-        # Under the lock no writer is mid-line: a tail without newline is torn (never
-        # acknowledged), skipped even if it parses, and closed off by the next append.
+        # Under the lock a tail without newline is torn: skipped even if it parses.
         self._offset += len(data)
         self._tail = data[-_TAIL_BYTES:]
         if end < len(data):
@@ -327,8 +319,8 @@ class Journal:
             self._undo(start)
             raise storage_error(exc, f"cannot append to {self.path}") from exc
         if written != len(payload):
-            # A short write (a full disk) left part of the lines: cut them off, or the
-            # next append would close them into a record the caller was told failed.
+            # A short write (a full disk): cut off the part, or the next append would
+            # close it into a record the caller was told failed.
             self._undo(start)
             raise StorageError(
                 f"cannot append to {self.path}: only {written} of {len(payload)} bytes "

@@ -1,5 +1,4 @@
-"""Times as people read them: local date and time, from seconds since 1970; a stored time
-that is not usable (``time_or_none``) reads as unknown."""
+"""Times as people read them: local date and time; an unusable stored time reads unknown."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ def time_or_none(value: Any) -> float | None:
 
 
 def local_time(stamp: Any, *, seconds: bool = False, year: bool = True, unknown: str = "-") -> str:
-    """``YYYY-MM-DD HH:MM`` in local time (``:SS`` with ``seconds``, no year without
-    ``year``), or ``unknown`` for a time that is not a usable one."""
+    """``YYYY-MM-DD HH:MM`` local (``seconds``, ``year`` optional), or ``unknown``."""
     usable = time_or_none(stamp)
     if usable is None:
         return unknown
@@ -31,7 +29,6 @@ def local_time(stamp: Any, *, seconds: bool = False, year: bool = True, unknown:
 
 
 def several_days(stamps: Iterable[Any]) -> bool:
-    """Whether ``stamps`` fall on more than one local day (an unusable time is a day of
-    its own)."""
+    """Whether ``stamps`` fall on more than one local day (an unusable one is its own)."""
     days = {None if (t := time_or_none(s)) is None else time.localtime(t)[:3] for s in stamps}
     return len(days) > 1

@@ -42,16 +42,14 @@ class Entry:
 
     @property
     def ref(self) -> str:
-        """A short name for the entry in its session (``e42``), taken by every tool that
-        takes its id; an id that would not read as one (``REF``) is its own name."""
+        """The entry's short name in its session (``e42``), taken wherever its id is."""
         ref = f"{self.id[:1]}{self.seq}"
         return ref if REF.fullmatch(ref) else self.id
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """A slice of a document, ``text == source[start:end]``, under its heading trail;
-    ``line`` is ``start``'s 1-based source line (0: not known)."""
+    """A slice of a document under its heading trail; ``line``: its 1-based first line."""
 
     index: int
     text: str
@@ -106,8 +104,7 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class Recall:
-    """Entries chosen for a recall, best first, and what was left out; ``searchable`` is
-    False when no word of the query was searchable (the newest were chosen)."""
+    """Entries chosen for a recall, best first, and what was left out."""
 
     entries: tuple[Entry, ...]
     candidates: int

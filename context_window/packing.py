@@ -94,8 +94,7 @@ def fit_lines(
     counter: TokenCounter,
     omitted: Callable[[int], str],
 ) -> str:
-    """``header`` and as many of ``lines`` as fit ``budget``, then ``omitted(n)`` saying
-    how many did not. The whole text, that note included, stays within ``budget``."""
+    """``header`` and the ``lines`` that fit ``budget``, then ``omitted(n)``, all within it."""
     count = counter.count
     header = counter.truncate(header, budget)
 
@@ -115,8 +114,7 @@ def fit_lines(
 
 
 def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> tuple[int, bool]:
-    """Tokens to keep for an answer's header (``widest(terse)`` at its widest), and
-    whether it must be terse: the full header takes at most half the budget."""
+    """Tokens for an answer's header at its widest, and whether it must be terse."""
     for terse in (False, True):
         need = count(widest(terse)) + 2  # and the blank line after it
         if need <= budget // 2:
@@ -125,8 +123,7 @@ def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> 
 
 
 def settle(render: Callable[[int], str], budget: int, count: Count) -> tuple[str, int]:
-    """``render(used)`` and ``used``, estimated with the widest figure (the budget), so
-    never below the estimate of the text returned."""
+    """``render(used)`` and ``used``, estimated with the widest figure (the budget)."""
     used = count(render(budget))
     return render(used), used
 
@@ -139,8 +136,7 @@ def fit_data(data: dict[str, Any], budget: int, count: Count) -> dict[str, Any]:
     cut, largest first, then whole lists emptied from the last key. Keys are never
     dropped (the output schema); ``"cut": true`` marks a fitted answer."""
     lists = [k for k, v in data.items() if isinstance(v, list) and v]
-    # The common case, at the cost of one encoding of each item: keep the longest prefix
-    # of the longest list that fits (the JSON is assembled from the items' own).
+    # The common case: the longest prefix of the longest list that fits.
     key: str | None = None
     if len(lists) > 1:
         key = max(lists, key=lambda k: len(_json(data[k])))
@@ -200,8 +196,7 @@ def _json_with(data: dict[str, Any], key: str, items: Sequence[str]) -> str:
 
 
 def _largest(node: Any) -> tuple[Any, Any, Any]:
-    """(container, key, value) of the value to shrink next: the largest list of two or more
-    items, or string, found by descending into the largest child at each level."""
+    """(container, key, value) to shrink next: the largest list or string, found greedily."""
     parent: Any = None
     key: Any = None
     while True:
@@ -220,8 +215,7 @@ def fit_chunks(
     label: Callable[[Chunk], str] | None,
     counter: TokenCounter,
 ) -> tuple[list[Chunk], int, bool]:
-    """The leading ``chunks`` whose texts, labels and separators fit ``room``: (kept, used,
-    truncated). One chunk is always kept, cut to fit if alone over."""
+    """The leading ``chunks`` that fit ``room``: (kept, used, truncated); one at least."""
 
     def cost(c: Chunk) -> int:
         head = counter.count(label(c)) if label is not None else 0

@@ -217,8 +217,7 @@ class Service:
         return "by words (BM25)" if self.embedder is None else self.embedder.describe()
 
     async def run(self, key: str, work: Callable[[], T]) -> T:
-        """``work()`` in a worker thread after the calls before it on ``key``: a stuck
-        session delays only its own key (Busy after ``WAIT_SECONDS``)."""
+        """``work()`` in a worker thread after the calls before it on ``key`` (else Busy)."""
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
 
@@ -241,8 +240,7 @@ class Service:
         return await anyio.to_thread.run_sync(call)
 
     async def arrived(self, doc_id: str) -> None:
-        """Wait up to ``FIRST_INGEST_WAIT`` seconds for a first ingest of ``doc_id`` still
-        running (here or elsewhere); Busy if it runs longer."""
+        """Wait up to ``FIRST_INGEST_WAIT`` s for a first ingest of ``doc_id``, else Busy."""
         check_id(doc_id, "doc_id")
         root, began = self.documents.root, time.monotonic()
         while not (root / doc_id).is_dir() and await anyio.to_thread.run_sync(
@@ -257,8 +255,7 @@ class Service:
             await anyio.sleep(0.05)
 
     def save_on_stop(self, until: float) -> None:
-        """At a clean stop, once no call is at work: save the snapshots the open sessions
-        lack, within ``until`` (a ``time.monotonic()``), and say so on stderr."""
+        """At a clean stop, save the snapshots open sessions lack, within ``until``."""
         if not self.wait_idle(max(0.0, until - time.monotonic())):
             return  # a call still changes a session: its state is not to be saved now
         saved = self.sessions.save_snapshots(until)
@@ -345,8 +342,7 @@ class Service:
         return changed
 
     def later(self, key: str, work: Callable[[], object]) -> None:
-        """Run ``work`` after the calls before it on ``key`` (as ``run`` does), without
-        waiting for it: the caller answers first. A failure is logged, never raised."""
+        """Run ``work`` on ``key``'s lane without waiting for it (failures are logged)."""
 
         async def quietly() -> None:
             try:
@@ -454,8 +450,7 @@ class Service:
         title: str | None = None,
         doc_id: str | None = None,
     ) -> Ingested:
-        """Ingest a text or a file, reporting progress to ``report``; with meaning on, its
-        passages are embedded in the background."""
+        """Ingest a text or a file; with meaning on, its passages embed in the background."""
         done = await ingest_in_thread(
             self.documents, report, text=text, file_path=file_path, title=title, doc_id=doc_id
         )
@@ -466,8 +461,7 @@ class Service:
     async def outline(
         self, doc_id: str, summarize: bool, max_chunks: int | None, layout: OutlineLayout
     ) -> Outline:
-        """A document's outline within the default budget (``summarize``: a cached one-line
-        summary per chunk, for the first ``max_chunks`` or ``OUTLINE_SUMMARIES``)."""
+        """A document's outline within the budget, with ``summarize`` one line per chunk."""
         await self.arrived(doc_id)
         store = self.documents
 

@@ -58,8 +58,7 @@ def new_id(prefix: str) -> str:
 
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """A binary file that appears at ``path`` only once complete (a temp file beside it,
-    fsync-ed and renamed; removed if the block raises)."""
+    """A binary file that appears at ``path`` only once complete (temp, fsync, rename)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -114,8 +113,7 @@ OLD_PREFIX = ".old-"
 
 @contextlib.contextmanager
 def replace_lock(root: Path) -> Iterator[None]:
-    """Hold ``root``'s replace lock across processes: a flock on the directory itself,
-    so no lock file is left in it."""
+    """Hold ``root``'s replace lock across processes (a flock on the directory)."""
     if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
         yield
         return
@@ -139,8 +137,7 @@ def replaced_name(path: Path) -> str | None:
 
 
 def recover_replaced(root: Path) -> list[str]:
-    """Finish every replace in ``root`` a crash interrupted: an ``.old-<name>-…`` whose
-    ``<name>`` is missing is renamed back (returned), one whose ``<name>`` exists deleted."""
+    """Finish every replace in ``root`` a crash interrupted; return the ids put back."""
     if not root.is_dir() or not any(replaced_name(p) for p in root.iterdir()):
         return []
     restored: list[str] = []
@@ -162,8 +159,7 @@ def recover_replaced(root: Path) -> list[str]:
 
 
 def read_at(fd: int, offset: int, size: int) -> bytes:
-    """``size`` bytes of ``fd`` from ``offset`` (fewer only at its end), reading again
-    where a short ``pread`` stopped (Linux stops at about 2 GiB)."""
+    """``size`` bytes of ``fd`` from ``offset``, reading on after a short ``pread``."""
     parts = [os.pread(fd, size, offset)]
     got = len(parts[0])
     while got < size and parts[-1]:
@@ -211,8 +207,7 @@ def unlock_fd(fd: int) -> None:
 
 
 def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
-    """(inode, mtime, size) of a file, or None when it cannot be read: what tells a file
-    replaced or rewritten since apart (every atomic write makes a new inode)."""
+    """(inode, mtime, size) of a file, or None: what tells a replaced file apart."""
     try:
         st = os.stat(path)  # noqa: PTH116  (a string path: listings pay this per entry)
     except OSError:
@@ -244,14 +239,12 @@ def file_lock(path: Path, what: str, wait: float = LOCK_WAIT_SECONDS) -> Iterato
 
 
 def unwritable(exc: OSError) -> bool:
-    """Whether ``exc`` says nothing can be written there now: a read-only or full file
-    system, or no permission."""
+    """Whether ``exc`` says nothing can be written there now (read-only, full, denied)."""
     return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
-    """A StorageError for ``exc`` that says plainly when the disk is full or read-only,
-    and, when permission is denied, where and what to do about it."""
+    """A StorageError for ``exc`` saying plainly what is wrong and what to do."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         where = f" on {exc.filename}" if exc.filename else ""
         uid = getattr(os, "getuid", lambda: None)()
@@ -324,8 +317,7 @@ def work_in_progress(root: Path, name: str) -> bool:
 
 
 def sweep_work(root: Path, legacy_seconds: float = LEGACY_WORK_SECONDS) -> list[str]:
-    """Remove work directories whose owner's lock is free (never by clock, but for an
-    older release's, which has no lock file) and ``.trash-`` ones; return their names."""
+    """Remove work directories whose owner's lock is free, and ``.trash-`` ones."""
     if not root.is_dir():
         return []
     removed: list[str] = []

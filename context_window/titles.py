@@ -1,5 +1,4 @@
-"""Titles of sessions and documents: the one rule for a title given, and the one way a
-title is made from a file name or a first line."""
+"""Titles of sessions and documents: the rule for a given one, and how one is made."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ def check_title(title: str | None) -> str | None:
 
 
 def clean_title(text: str) -> str:
-    """A title made from a file name or a first line: printable, one line, at most
-    ``MAX_TITLE_CHARS`` (a BOM, control characters and other unprintables dropped)."""
+    """A title from a file name or a first line: printable, one line, ``MAX_TITLE_CHARS``."""
     kept = "".join(c if c.isprintable() else " " for c in text.replace("\ufeff", ""))
     title = " ".join(kept.split())
     return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"

@@ -13,8 +13,7 @@ from context_window.errors import InvalidInput
 WORD_WEIGHT = 1.35
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 _FIRST_CJK = "\u1100"  # no character below it is in _CJK (a test checks every code point)
-# Any character that could be CJK. The stdlib engine finds one (or none) several times
-# faster than max(text) walks a text: a middle dot or an accent alone makes text non-ASCII.
+# Any possibly-CJK character: a regex finds one faster than max(text) walks the text.
 _MAYBE_CJK = re.compile(f"[{_FIRST_CJK}-\U0010ffff]")
 _SAFETY = 1.04  # calibrated ratios are stored with this margin
 
@@ -50,8 +49,7 @@ def truncate(text: str, budget: int, ratio: float, marker: str = " …") -> str:
 def longest_prefix(
     text: str, start: int, end: int, budget: int, ratio: float, *, shortest: int = 1
 ) -> int:
-    """The longest ``n`` in ``shortest..end - start`` whose ``text[start:start + n]`` fits
-    ``budget`` (a binary search: the estimate grows with the length)."""
+    """The longest ``n`` whose ``text[start:start + n]`` fits ``budget`` (binary search)."""
     lo, hi = shortest, end - start
     while lo < hi:
         mid = (lo + hi + 1) // 2

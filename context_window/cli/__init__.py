@@ -1,5 +1,4 @@
-"""The command-line edge: the only package that imports argparse; it serves through the MCP
-edge it is handed (``context_window.main`` wires the two)."""
+"""The command-line edge, the only importer of argparse; ``context_window.main`` wires it."""
 
 from context_window.cli.main import ServerEdge, main
 

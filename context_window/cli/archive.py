@@ -104,8 +104,7 @@ def export_session(
     session = catalog.session(session_id)
     records, unreadable = read_journal(session.journal.path)
     seen: set[str] = set()
-    # A time that is not a time reads as unknown on replay: the export leaves it out, so
-    # that the file imports back (an import refuses such times).
+    # An unusable time reads as unknown on replay and an import refuses it: left out.
     kept = [r for r in (_known_times(r) for r in records) if not invalid_record(r, seen)]
     written = counted(kept, len(kept), progress, "records")
     if fmt == "jsonl":
@@ -124,8 +123,7 @@ def _known_times(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stored(store: DocumentStore, doc: DocInfo) -> tuple[dict[str, Any], bytes]:
-    """The document's meta.json as stored and its source bytes, checked against the
-    sha256 (StorageError if they no longer match: the document is damaged)."""
+    """The document's stored meta.json and source bytes, checked against the sha256."""
     meta = store.read_meta(doc.id)
     if meta is None:
         raise NotFound(f"document {doc.id!r} was forgotten meanwhile", remedy=LIST_DOCUMENTS)

@@ -101,8 +101,7 @@ class Catalog:
         return rows
 
     def _readable(self, session_id: str) -> Session | None:
-        """A session for a listing or a search; None (noted in ``unreadable``) if it cannot
-        be read, so one damaged session never hides the others."""
+        """A session to list or search; None (noted in ``unreadable``) if it cannot be read."""
         try:
             return self.session(session_id)
         except StorageError as exc:
@@ -168,8 +167,7 @@ class Catalog:
         return self.documents_store.answer(query, doc_id, limit, self.budget, reserve)
 
     def _answer_every(self, query: str, limit: int) -> Answer | None:
-        """The best lines of every document; one that cannot be searched (a damaged index)
-        is skipped and noted in ``damaged``, so it never hides the others."""
+        """The best lines of every document; a damaged one is skipped, noted in ``damaged``."""
         found = self._answer(query, None, limit)
         self.damaged.update(found.skipped if found else ())
         return found

@@ -48,8 +48,7 @@ def _json(obj: Any) -> None:
 
 
 def _catalog(settings: Settings) -> Catalog:
-    """The data dir to read; a ConfigError if it does not exist (a mistyped --data-dir
-    must not read as "no sessions")."""
+    """The data dir to read; ConfigError if it does not exist (a typo is not "no sessions")."""
     from context_window.cli.catalog import Catalog
     from context_window.tokens import TokenCounter
 

@@ -111,8 +111,7 @@ def audit(data_dir: Path) -> Report:
 
 
 def _audit_each(report: Report, parent: Path, check: Callable[[Report, Path], None]) -> None:
-    """``check`` each directory in ``parent``; one this process may not read is named
-    (the tools skip it too) and the others are still checked."""
+    """``check`` each directory in ``parent``; one this process may not read is named."""
     for child in _children(parent):
         try:
             check(report, child)
@@ -339,8 +338,7 @@ def _audit_document(report: Report, directory: Path) -> None:
 
 
 def _audit_reader(report: Report, directory: Path) -> None:
-    """Open the document as the tools do, then check every value the reads rely on
-    (linear in the index's size; arrays are memory-mapped, not copied)."""
+    """Open the document as the tools do, then check every value the reads rely on."""
     try:
         tables = Tables(directory)
     except OldIndex:
@@ -382,8 +380,7 @@ def _audit_source(report: Report, directory: Path, meta: dict[str, Any]) -> int 
 
 
 def _audit_table(report: Report, directory: Path, chars: int | None) -> int | None:
-    """Check the chunk table's character ranges and source.txt byte spans; return how
-    many chunks it has (None after reporting it unreadable)."""
+    """Check the chunk table's ranges and byte spans; its chunk count (None: unreadable)."""
     index = directory / "index"
     if not index.is_dir():
         report.add(index, "missing")

@@ -56,8 +56,7 @@ ADVICE = {
 
 @dataclass(frozen=True)
 class ServerEdge:
-    """What the command line needs of the MCP edge, handed in by ``context_window.main``
-    (the two edges do not import each other)."""
+    """What the command line needs of the MCP edge, handed in by ``context_window.main``."""
 
     serve: Callable[[Settings], None]  # serve until stopped, on the configured transport
     tool_set_costs: Callable[[Settings], Awaitable[dict[str, dict[str, int]]]]
@@ -100,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
-    """Add a flag for each declared setting (``config.Settings``); after a command they
-    keep what was given before it."""
+    """A flag for each declared setting, accepted before or after the command."""
 
     def add(*names: str, **kw: Any) -> None:
         if after_command:
@@ -182,8 +180,7 @@ def tune_process() -> None:
 
 
 def _numba_cache_dir() -> Path:
-    """A folder this user can write for numba's cache: the user cache folder, else one
-    in the temporary folder (made when first used, by numba)."""
+    """A folder this user can write for numba's cache (user cache, else temporary)."""
     import platformdirs
 
     folder = Path(platformdirs.user_cache_dir("context-window", appauthor=False)) / "numba"
@@ -228,8 +225,7 @@ def startup_line(settings: Settings) -> str:
 
 
 def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) -> int:
-    """Run the command line; returns the process exit status. ``server`` is needed to
-    serve and by doctor's schema report (``context_window.main`` passes it)."""
+    """Run the command line; the exit status. ``server`` serves and feeds doctor's report."""
     ns = build_parser().parse_args(argv)
     tune_process()
     command = {c.name: c for c in commands(server)}[ns.command or "serve"]
@@ -298,8 +294,7 @@ HEALTH_SECONDS = 3.0
 
 
 def served_settings(own: Settings, pid1: Path = Path("/proc/1/cmdline")) -> Settings:
-    """The settings of the server this check is about: when process 1 (as in a container)
-    is ``context-window``, its flags over the environment; else ``own``."""
+    """The checked server's settings: PID 1's flags when it is ``context-window``, else ``own``."""
     try:
         argv = [a.decode() for a in pid1.read_bytes().split(b"\0") if a]
     except OSError:

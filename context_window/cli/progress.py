@@ -1,5 +1,4 @@
-"""Progress of a long command on stderr: a bar redrawn in place on a terminal, plain
-lines otherwise (a log or a pipe keeps every line), and nothing for quick work."""
+"""Progress of a long command on stderr: a bar on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ WIDTH = 24
 
 
 class Meter:
-    """A progress callback ``meter(fraction, message)``: redrawn in place on a terminal at
-    most every ``REDRAW`` seconds, else a plain line at each tenth."""
+    """A ``meter(fraction, message)``: redrawn every ``REDRAW`` s on a terminal, else tenths."""
 
     def __init__(
         self,

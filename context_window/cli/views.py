@@ -1,5 +1,4 @@
-"""Terminal views (80 columns) and JSON of what ``catalog`` returns; ids are never
-shortened, so each can be pasted into the next command."""
+"""Terminal views (80 columns) and JSON of what ``catalog`` returns; ids never shortened."""
 
 from __future__ import annotations
 
@@ -160,8 +159,7 @@ READ_ON = "Read on from a line: context-window window DOC --line N"
 
 
 def search_view(found: Found) -> str:
-    """Matches grouped by session, best first, then the documents' best lines, numbered,
-    as doc_search shows them to the model."""
+    """Matches by session, best first, then the documents' lines as doc_search shows them."""
     out: list[str] = []
     groups: dict[str, list[str]] = {}
     for h in found.entries:

@@ -1,5 +1,4 @@
-"""Documents: material too large to read at once, ingested once and read in parts
-(``store`` is the way in)."""
+"""Documents: material too large to read at once, ingested once and read in parts."""
 
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo, Ingested, Window

@@ -54,8 +54,7 @@ class Answer:
     skipped: tuple[tuple[str, str], ...] = ()  # (doc id, why) a search of all left out
 
 
-# The line under the header on how to read on from a hit (a tool call for the model, a
-# command for a person) is no longer than this, so both edges pack the same lines.
+# The read-on line under the header is at most this long, so both edges pack the same lines.
 TIP_ROOM = " ".join(["tip"] * 15)
 
 
@@ -73,8 +72,7 @@ def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool =
 
 
 def search_reserve(budget: int, count: Count) -> Reserve:
-    """Tokens a search answer keeps for its header at its widest (and an edge's tip under
-    it), and whether the header must be terse."""
+    """Tokens for a search answer's header at its widest, and whether it must be terse."""
     big = int("9" * len(str(budget)))
     return header_reserve(
         lambda terse: (
@@ -149,8 +147,7 @@ def answer(
 
 
 def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list[Scored]:
-    """The matching passages of ``groups``, and the probes' passages holding all the terms
-    of a best match of the first ``first`` groups."""
+    """The matching passages of ``groups``, and the probes' holding a best match's terms."""
     ranked = [
         Scored(p.score, k, p.first, p) for k, g in enumerate(groups) for p in g.passages if p.score
     ]
@@ -197,8 +194,7 @@ def _collapse(ranked: Sequence[Scored], tier: Callable[[int], int]) -> set[tuple
 
 
 def _anchors(every: Sequence[Group], standing: set[tuple[str, int]]) -> set[tuple[str, int]]:
-    """The passages beside a matching one still shown: a passage that matches nothing
-    ranks only there (the neighbours of a collapsed line do not open hits)."""
+    """The passages beside a matching one still shown (a non-matching one ranks only there)."""
     anchors: set[tuple[str, int]] = set()
     for g in every:
         ps = g.passages
@@ -220,8 +216,7 @@ def _pack_best(
     limit: int,
     room: int,
 ) -> tuple[int, int]:
-    """Take the best passages into ``chosen`` while they fit ``room``, opening at most
-    ``limit`` hits; return the tokens used and the passages left out."""
+    """Take the best passages that fit ``room`` in at most ``limit`` hits; (used, left out)."""
     count = counter.count
 
     def measure(i: int) -> int | None:
@@ -284,8 +279,7 @@ def _cut_to_fit(
     counter: TokenCounter,
     room: int,
 ) -> tuple[int, bool]:
-    """Show the best passage cut to ``room``; the tokens used, and whether the hit's
-    header had to go without its heading trail."""
+    """Show the best passage cut to ``room``: (used, header without its heading trail)."""
     count, p = counter.count, best.passage
     hit = every[best.group].hit
     head = count(_header_of(hit, [p]).header()) + 2

@@ -41,14 +41,11 @@ Progress = Callable[[float, str], None]
 BATCH_CHARS = 2_000_000  # chunk text analysed per numpy batch
 BATCH_CHUNKS = 4096
 SEGMENT_CHARS = 2_000_000  # large headingless texts are chunked this much at a time
-# From this many characters, segments are chunked in a child process (segments.py) while
-# this one counts their terms; below, starting one costs more than it saves.
+# From this many characters, a child process chunks segments while this one counts terms.
 CHILD_MIN_CHARS = 16_000_000
-# A text with headings or fences is chunked whole (its trails span the text), so it
-# is held in memory: it has a limit of its own, below that of files in general.
+# A structured text is chunked whole, in memory: a limit of its own, below the files'.
 MAX_STRUCTURED_CHARS = 256 * 1024 * 1024
-# A heading or fence at a line's start, searched as "\n" + marker: a literal first
-# character lets re scan ahead fast (0.6 s to 0.08 s on a 100 MB log).
+# Searched as "\n" + marker: a literal first character scans fast (0.6 s to 0.08 s/100 MB).
 _STRUCTURE = re.compile(r" {0,3}(?:#{1,6}[ \t]|```|~~~)")
 _STRUCTURE_AFTER_NEWLINE = re.compile(r"\n {0,3}(?:#{1,6}[ \t]|```|~~~)")
 
@@ -93,8 +90,7 @@ def encode_text(text: str) -> bytes:
 def build(
     directory: Path, spec: BuildSpec, holder: list[bytes], progress: Progress = no_progress
 ) -> dict[str, Any]:
-    """Write a complete document into ``directory`` from ``holder``'s bytes (emptied, so
-    they are freed once decoded); return meta."""
+    """Write a document into ``directory`` from ``holder``'s bytes (emptied); return meta."""
     data = holder.pop()
     progress(0.02, "decoding")
     text = decode_utf8(data, spec.source)
@@ -146,8 +142,7 @@ def _check_size(spec: BuildSpec, chars: int, blank: bool) -> None:
 def _finish(
     directory: Path, spec: BuildSpec, n_bytes: int, texts: list[str | int], progress: Progress
 ) -> dict[str, Any]:
-    """Chunk and index source.txt, then write meta.json; ``texts`` holds the whole text
-    (emptied once chunked) or the length of one read in segments."""
+    """Chunk and index source.txt, then write meta.json (``texts``: the text, or its length)."""
     progress(0.05, "chunking")
     text = texts.pop()
     parts: Iterator[Part]
@@ -209,8 +204,7 @@ _HEAD = 16  # characters that hold any heading or fence marker, with its newline
 
 
 def copy_source(blocks: Iterable[bytes], dest: Path, what: str) -> Copied:
-    """Write ``blocks`` to ``dest`` in constant memory, hashing them and checking UTF-8
-    (InvalidInput names the first bad byte)."""
+    """Copy ``blocks`` to ``dest`` in constant memory, hashing them and checking UTF-8."""
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")()
     n = chars = 0
@@ -255,8 +249,7 @@ def _has_structure(text: str) -> bool:
 def _write_chunks(
     directory: Path, parts: Iterator[Part], chars: int, progress: Progress
 ) -> dict[str, int]:
-    """Write the chunk table and build the index, batch by batch (the texts stay in
-    source.txt alone)."""
+    """Write the chunk table and build the index, batch by batch."""
     index_dir = directory / "index"
     index_dir.mkdir()
     tables: list[npt.NDArray[np.int64]] = []  # start, end, tokens, first line

@@ -29,8 +29,7 @@ _HEADERS = {
 
 
 class Damaged(StorageError):
-    """A document whose files (its index, its meta.json, or the source the index points
-    into) do not hold what the reader relies on."""
+    """A document whose files do not hold what the reader relies on."""
 
     def __init__(self, doc_id: str, what: str, part: str = "index") -> None:
         super().__init__(f"document {doc_id!r} has a damaged {part} ({what})", remedy=REINGEST)
@@ -38,8 +37,7 @@ class Damaged(StorageError):
 
 
 def load_array(path: Path, in_memory_up_to: float = 0) -> npt.NDArray[Any]:
-    """The array in ``path``, memory-mapped when its data is over ``in_memory_up_to``
-    bytes. ValueError, before any allocation, when the header does not fit the file."""
+    """``path``'s array, mapped past ``in_memory_up_to`` bytes; ValueError if the header lies."""
     with path.open("rb") as f:
         major, _ = np.lib.format.read_magic(f)
         read = _HEADERS.get(major)
@@ -69,8 +67,7 @@ def check_span(name: str, offsets: npt.NDArray[Any], i: int, end: int) -> tuple[
 
 
 def check_offsets(name: str, offsets: npt.NDArray[Any], rows: int, end: int) -> None:
-    """Offsets from 0 to ``end`` at both ends; values between are checked slice by slice
-    (``check_span``), so opening reads only headers."""
+    """Offsets run from 0 to ``end``; values between are checked per slice (``check_span``)."""
     if offsets.ndim != 1 or len(offsets) != rows:
         raise ValueError(f"{name}: {offsets.shape} offsets, expected {rows}")
     if int(offsets[0]) != 0 or int(offsets[-1]) != end:
@@ -104,8 +101,7 @@ def verify_index(
     post_chunks: npt.NDArray[Any],
     n_chunks: int,
 ) -> list[str]:
-    """Every value of an index the readers rely on, checked at once; the problems
-    found, one line each (see ``index.DocIndex.verify``)."""
+    """Every value of an index the readers rely on, checked at once: a line per problem."""
     problems: list[str] = []
     if not _rising(term_off):
         problems.append("term_offsets.npy: offsets fall")
@@ -153,8 +149,7 @@ _TEXTS = ("title", "source", "sha256")
 
 
 def meta_problem(meta: dict[str, Any]) -> str | None:
-    """What makes a document's meta.json unusable, or None: the fields every tool reads,
-    each of its type (as ``records.entry_problem`` does for a session's entries)."""
+    """What makes a document's meta.json unusable (a field every tool reads), or None."""
     if not isinstance(meta.get("id"), str):
         return f"id is {meta.get('id')!r:.40}, not text"
     for key in _COUNTS:

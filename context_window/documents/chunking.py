@@ -44,8 +44,7 @@ class _Seg(NamedTuple):
     head: bool
 
 
-# Every chunk carries its heading trail, so a long heading would be copied into each one
-# (a 100k-character heading made chunks.jsonl 37x its source): trails are capped.
+# A heading trail is copied into each chunk under it, so trails are capped.
 MAX_HEADING_CHARS = 100  # one heading in a trail
 MAX_TRAIL_CHARS = 240  # the whole trail; outer headings give way to inner ones
 
@@ -65,8 +64,7 @@ def heading_trail(headings: list[str]) -> str:
 def chunk_text(
     text: str, target_tokens: int = 800, overlap_tokens: int = 80, ratio: float = 0.27
 ) -> list[Chunk]:
-    """Split ``text`` into ordered chunks of about ``target_tokens`` under heading trails
-    (bounds on the settings: ``config.check_chunk_settings``)."""
+    """Split ``text`` into ordered chunks of about ``target_tokens`` under heading trails."""
     if target_tokens < 1:
         raise InvalidInput(f"chunk size must be at least 1 token, not {target_tokens}")
     if not 0 <= overlap_tokens < target_tokens:

@@ -58,8 +58,7 @@ class OldIndex(ValueError):
 
 
 class IndexBuilder:
-    """Collects term-count triples batch by batch, spilled to files in ``spill``; ``write``
-    sorts them into postings a block at a time, never holding them all in memory."""
+    """Collects term-count triples, spilled to ``spill``; ``write`` sorts them into postings."""
 
     def __init__(
         self,
@@ -86,8 +85,7 @@ class IndexBuilder:
         self.n_postings += len(batch.term)
 
     def _blocks(self, *columns: int, keep: bool = False) -> Iterator[list[npt.NDArray[np.uint32]]]:
-        """The spilled columns asked for (0 chunk, 1 term, 2 tf) a block of rows at a time;
-        the files are removed once read, unless ``keep``."""
+        """The spilled columns (0 chunk, 1 term, 2 tf) in blocks; removed after unless ``keep``."""
         for f in self._spilled:
             f.close()
         self._spilled = []
@@ -103,8 +101,7 @@ class IndexBuilder:
                 path.unlink(missing_ok=True)
 
     def write(self, directory: Path, counter: TermCounter) -> dict[str, Any]:
-        """Write the index files into ``directory``; return the stats. ``counter``'s words
-        (the largest thing a build holds) are emptied as they are written."""
+        """Write the index files into ``directory`` (emptying ``counter``'s words); the stats."""
         directory.mkdir(parents=True, exist_ok=True)
         n_words, word_rank = _write_words(directory, counter)
         number_rank = _write_numbers(directory, counter.numbers, n_words)
@@ -148,8 +145,7 @@ class IndexBuilder:
 def _write_numbers(
     directory: Path, numbers: NumberTable | None, n_words: int
 ) -> npt.NDArray[np.uint32]:
-    """numbers.npy from the counter's number table (emptied a piece at a time); each
-    number id's rank, the numbers coming after the ``n_words`` words."""
+    """numbers.npy from the number table (emptied); each number id's rank after the words."""
     size = numbers.size if numbers is not None else 0
     rank = np.empty(size, dtype=np.uint32)
     with (directory / "numbers.npy").open("wb") as f:
@@ -168,8 +164,7 @@ def _write_numbers(
 
 
 def _write_words(directory: Path, counter: TermCounter) -> tuple[int, npt.NDArray[np.uint32]]:
-    """terms.bin and term_offsets.npy from the counter's words (emptied); how many
-    distinct words there are, and each word id's rank among them."""
+    """terms.bin and term_offsets.npy (emptying the words): their count, each id's rank."""
     rank = np.empty(counter.word_ids, dtype=np.uint32)
     lens: list[npt.NDArray[np.uint64]] = []  # the lengths of the words written, a slice each
     written = 0
@@ -212,8 +207,7 @@ def _ranks(
 
 
 def _cuts(offsets: npt.NDArray[np.int64], per_pass: int) -> list[int]:
-    """Term ranks that part the postings into ranges ``[cuts[k], cuts[k + 1])`` of about
-    ``per_pass`` postings, never splitting a term's."""
+    """Term ranks cutting the postings into ranges of about ``per_pass``, terms never split."""
     n, n_terms = int(offsets[-1]), len(offsets) - 1
     parts = max(1, -(-n // per_pass))
     # Integer bounds: float ones would make numpy copy every offset to float to compare.
@@ -223,8 +217,7 @@ def _cuts(offsets: npt.NDArray[np.int64], per_pass: int) -> list[int]:
 
 
 class _Buckets:
-    """Postings parted by ranges of terms (``cuts``) into files of (term, chunk, tf)
-    records, so that each range can be sorted alone."""
+    """Postings parted by term ranges (``cuts``) into files, each range sorted alone."""
 
     def __init__(self, folder: Path, cuts: list[int]) -> None:
         # The bucket of each term rank, looked up: faster than a search per posting.
@@ -262,14 +255,12 @@ class _Buckets:
             begin = end
 
     def sorted_parts(self) -> Iterator[tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]]:
-        """Each bucket's postings in term order, chunks ascending within a term: their
-        chunks and their term frequencies."""
+        """Each bucket's (chunks, tfs) in term order, chunks ascending within a term."""
         self._stack.close()
         for path in self._paths:
             records = np.fromfile(path, dtype=_POSTING)
             path.unlink()
-            # A (term, chunk) pair is held once, and chunks come in order: sorting by
-            # both at once is sorting by term stably, and numpy sorts one integer faster.
+            # Each (term, chunk) is unique and chunks come in order: one integer key sorts.
             key = records["term"].astype(np.uint64) << np.uint64(32) | records["chunk"]
             order = np.argsort(key)
             del key
@@ -335,8 +326,7 @@ class DocIndex:
             raise ValueError(f"array lengths do not agree with {self.n_chunks} chunks")
         self._found: dict[str, int] = {}  # term -> number: a query looks each term up often
         self._held: dict[str, Postings | None] = {}  # term -> its postings, for term_postings
-        # A small vocabulary is read whole: a search over hundreds of small documents
-        # then looks a term up in each with a dictionary, not a binary search of the file.
+        # A small vocabulary is read whole: many small documents cost a dict look-up each.
         self._vocab: dict[str, int] | None = None
         if self.n_terms <= VOCAB_IN_MEMORY:
             blob, off = bytes(self._terms), self._term_off.tolist()
@@ -397,8 +387,7 @@ class DocIndex:
         return verify_index(terms, off, self._numbers, self._post_off, self._chunks, self.n_chunks)
 
     def term_postings(self, term: str) -> Postings | None:
-        """(chunk numbers, term frequencies, chunk lengths) of ``term``, or None; short
-        postings are remembered, so many small documents cost a look-up each."""
+        """(chunks, tfs, chunk lengths) of ``term``, or None; short postings are remembered."""
         held = self._held.get(term, _UNSEEN)
         if held is not _UNSEEN:
             return held  # type: ignore[return-value]
@@ -429,8 +418,7 @@ class DocIndex:
             return []
         lists = [self.postings(i)[0] for i in ids]  # ascending: keep what lies before
         shortest, *others = sorted((a[: np.searchsorted(a, before)] for a in lists), key=len)
-        # The shortest list, a block at a time, looked up in the others (binary searches):
-        # only the earliest ``count`` are wanted, and common terms have long lists.
+        # The shortest list a block at a time, searched in the others: the earliest wanted.
         out: list[int] = []
         step = max(64, 4 * count)
         for at in range(0, len(shortest), step):
@@ -474,8 +462,7 @@ def corpus_stats(indexes: Sequence[DocIndex]) -> CorpusStats:
 def score_all(
     indexes: Sequence[DocIndex], query_terms: Sequence[str]
 ) -> list[tuple[F64, npt.NDArray[np.bool_]]]:
-    """BM25 (scores, matched) of every chunk of every index, with statistics over all;
-    ``matched`` marks chunks holding a query term even where BM25 scores it at or below 0."""
+    """BM25 (scores, matched) per index, over all; matched even where BM25 scores <= 0."""
     scores, matched, bases = score_joined(indexes, query_terms)
     return [(scores[a:b], matched[a:b]) for a, b in itertools.pairwise(bases)]
 
@@ -483,8 +470,7 @@ def score_all(
 def score_joined(
     indexes: Sequence[DocIndex], query_terms: Sequence[str]
 ) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-    """``score_all`` as one array over the chunks of every index, index after index:
-    (scores, matched, bases), where index k's chunks are ``bases[k]:bases[k + 1]``."""
+    """``score_all`` joined: (scores, matched, bases); index k is ``bases[k]:bases[k + 1]``."""
     return Corpus(indexes).score(query_terms)
 
 

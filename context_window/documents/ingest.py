@@ -72,8 +72,7 @@ def ingest(
     *,
     rechunk: bool = False,
 ) -> Ingested:
-    """Ingest inline text or a file under an ingest root; the same doc_id replaces, with
-    its first chunk settings unless ``rechunk``."""
+    """Ingest inline text or a file; the same doc_id replaces (first settings unless rechunk)."""
     started = time.perf_counter()
     if (text is None) == (file_path is None):
         raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
@@ -120,8 +119,7 @@ def _ingest(
     write: Callable[[Path, BuildSpec], None],
     started: float,
 ) -> Ingested:
-    """Build a document in a work directory and rename it into place; a text another
-    document holds already, with no doc_id asked for, returns that one."""
+    """Build a document and rename it into place, or return one holding the text already."""
     digest, size = source.sha256, source.size
     same = _same_content(store, digest, doc_id) if digest else None
     if same is not None and doc_id is None:
@@ -179,8 +177,7 @@ def _same_content(store: DocumentStore, digest: str, doc_id: str | None) -> DocI
 def _reused(
     store: DocumentStore, same: DocInfo, source: _Source, size: int, started: float
 ) -> Ingested:
-    """The document that holds this text already; when it came from this very file,
-    its source is recorded as fresh again."""
+    """The document holding this text already (from this file: its source fresh again)."""
     if source.mtime_ns is not None and same.source == source.name:
         same = store.update_meta(same.id, source_stat={"size": size, "mtime_ns": source.mtime_ns})
     took = time.perf_counter() - started
@@ -212,8 +209,7 @@ def _commit(store: DocumentStore, work: Path, doc_id: str) -> bool:
 
 
 def reindex(store: DocumentStore, doc: DocInfo) -> None:
-    """Rebuild an older release's document from its source: chunking is unchanged, so
-    cursors, summaries and meta carry over."""
+    """Rebuild an older release's document from its source (cursors and meta carry over)."""
     folder = store.root / doc.id
     meta = store.read_meta(doc.id)
     if meta is None:

@@ -48,8 +48,7 @@ def digest(text: str) -> str:
 
 @dataclass
 class PassageMeaning:
-    """A search's query vector, a way to embed passages now (unit vectors, blocking) and
-    the vectors stored; ``used`` says whether meaning ranked the answer (False: words)."""
+    """A search's query vector, ways to embed and look up passages; ``used``: meaning ranked."""
 
     query: F32 | None
     embed: Callable[[list[Passage]], F32]
@@ -62,8 +61,7 @@ class PassageMeaning:
         return CHUNKS if self.query is not None else 0
 
     def __call__(self, passages: Sequence[Passage]) -> bool:
-        """Rescore ``passages`` (scored, smoothed) in place; whether they were (if
-        embedding fails, they are left as they were)."""
+        """Rescore ``passages`` in place; whether they were (not if embedding failed)."""
         scored = sorted((p for p in passages if p.score > 0), key=lambda p: -p.score)
         self.used = False
         if self.query is None or not scored:
@@ -97,8 +95,7 @@ READ = 256  # chunks read at once while listing a document's passages
 
 
 def passage_texts(store: DocumentStore, doc_id: str, count: Count, share: int) -> list[str] | None:
-    """``doc_id``'s distinct passages at ``share`` tokens, or None (over
-    ``FILLED_AT_MOST``, or gone)."""
+    """``doc_id``'s distinct passages at ``share`` tokens; None past ``FILLED_AT_MOST``."""
     out: dict[str, None] = {}  # in order, once each (chunks overlap; logs repeat lines)
     try:
         doc = store.get(doc_id)
@@ -128,8 +125,7 @@ class Embeds(Protocol):
 
 @dataclass
 class DocumentVectors:
-    """Each document's passage vectors for one model (``<doc>/vectors/<key>.f16``, a
-    cache), looked up by searches and filled in the background."""
+    """Each document's passage vectors for one model (a cache), filled in the background."""
 
     root: Path
     key: str
@@ -152,8 +148,7 @@ class DocumentVectors:
         count: Count,
         run: Callable[[Callable[[], list[str] | None]], Awaitable[list[str] | None]],
     ) -> DocumentVectors | None:
-        """The vectors of ``store``'s passages split at ``share`` tokens, read by ``run``
-        (on the documents' lane), or None without an ``embedder`` (words only)."""
+        """The vectors of passages at ``share`` tokens, or None without an ``embedder``."""
         if embedder is None:
             return None
         texts = partial(passage_texts, store, count=count, share=share)
@@ -174,8 +169,7 @@ class DocumentVectors:
         return out
 
     def embed_from_thread(self, passages: list[Passage]) -> F32:
-        """Unit vectors of ``passages``, or UpstreamError past the query's timeout; the
-        task goes on and stores them for the next search."""
+        """Unit vectors of ``passages``; UpstreamError past the timeout (stored later)."""
         wanted = {digest(p.text): p for p in passages}
         if anyio.from_thread.run(self._embed_now, wanted):
             found = self.stored(passages)
@@ -187,8 +181,7 @@ class DocumentVectors:
         )
 
     async def _embed_now(self, wanted: dict[str, Passage]) -> bool:
-        """Have ``wanted`` embedded and stored (those another search asked for are not
-        asked twice); whether that finished within the query's timeout."""
+        """Have ``wanted`` embedded and stored, once; whether that met the query's timeout."""
         asked = {k: p for k, p in wanted.items() if k not in self._asked}
         if asked:
             self._asked.update(asked)
@@ -214,8 +207,7 @@ class DocumentVectors:
             self._asked.difference_update(asked)
 
     def wake(self, doc_ids: Sequence[str], again: bool = False) -> None:
-        """Fill the vectors ``doc_ids`` lack, in the background (``again``: even if this
-        process filled them already, as after a new ingest)."""
+        """Fill the vectors ``doc_ids`` lack in the background (``again``: after an ingest)."""
         for doc_id in doc_ids:
             if again or doc_id not in self._filled:
                 self._filled.add(doc_id)

@@ -1,5 +1,4 @@
-"""Outlines fitted to a budget: a document's structure, and a search's overview when its
-query has no searchable words; the words come from the caller's ``OutlineLayout``."""
+"""Outlines fitted to a budget: a document's, and a search's overview with no words."""
 
 from __future__ import annotations
 
@@ -85,8 +84,7 @@ def fit_outline(
     counter: TokenCounter,
     layout: OutlineLayout,
 ) -> Outline:
-    """The outline of ``entries`` (a line per chunk with its summary, when ``summaries``
-    are given; else a line per run of chunks under one heading) within ``budget``."""
+    """The outline of ``entries`` (a line per chunk with ``summaries``, else per run)."""
     if summaries is not None:
         lines = [layout.summarized(i, t, n, summaries[i]) for i, t, n in entries]
     else:
@@ -104,8 +102,7 @@ def overview(
     counter: TokenCounter,
     layout: OutlineLayout,
 ) -> str:
-    """What a search with no searchable words shows: the document's outline (without
-    sizes), or every document, within ``budget``."""
+    """A search with no searchable words: the document's outline, or every document."""
     if doc_id is not None:
         doc = store.get(doc_id)
         lines = [layout.run(a, b, t, None) for a, b, t, _ in collapse(store.outline(doc))]

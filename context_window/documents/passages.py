@@ -16,8 +16,7 @@ from context_window.models import Chunk, Count, Hit
 from context_window.retrieval.bm25 import K1, NEIGHBOUR_WEIGHT, B
 
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
-# A token holding a digit is masked in a passage's shape: lines differing only in numbers,
-# times, ids or addresses share one shape.
+# A token holding a digit is masked in a shape: lines differing only in numbers share one.
 _VARIABLE = re.compile(r"(?<![\w.:/@$+-])[\w.:/@$+-]*\d[\w.:/@$+-]*")
 # The same for ASCII text, where spelling the classes out spares Unicode look-ups (~40 %).
 _VARIABLE_ASCII = re.compile(
@@ -58,8 +57,7 @@ class Passage:
 
 
 def split_passages(chunk: Chunk, max_tokens: int, count: Count) -> list[Passage]:
-    """A chunk's passages: lines, a wrapped paragraph's lines joined, a long line's
-    sentences. Log records, list items and code lines each stay a passage of their own."""
+    """A chunk's passages: lines, wrapped paragraphs joined, long lines' sentences."""
     out: list[Passage] = []
     base = max(chunk.line, 1)
     run: list[tuple[int, str]] = []
@@ -122,14 +120,12 @@ _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
 def _digit_twins_key(text: str) -> bytes:
-    """One key for texts that differ only in which digits they hold (their UTF-8 with
-    every digit made 0: a byte translation, which keeps every token's bounds)."""
+    """One key for texts that differ only in their digits (each digit made 0)."""
     return text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
 
 
 class Shapes:
-    """``shape`` for many passages, once per text up to its digits (a log's lines mostly
-    differ in their numbers)."""
+    """``shape`` for many passages, once per text up to its digits."""
 
     def __init__(self) -> None:
         self._known: dict[bytes, str] = {}
@@ -150,8 +146,7 @@ def word_count(text: str) -> int:
 
 
 class Scorer:
-    """Scores passages for one query: BM25 over words, with the index's idf. Only words
-    holding a ``prefilter`` key are analysed, each distinct word once."""
+    """BM25 of passages for one query with the index's idf, each distinct word read once."""
 
     def __init__(
         self,
@@ -192,8 +187,7 @@ class Scorer:
         return self.count(words) if words else {}
 
     def line_terms(self, line: str) -> tuple[dict[str, int], int]:
-        """A line's query terms and its length in raw words; when no query term holds a
-        digit, lines differing only in their digits are read once."""
+        """A line's query terms and raw word count, shared by lines differing in digits."""
         key: str | bytes = line
         if self._digit_blind:
             key = _digit_twins_key(line)
@@ -203,8 +197,7 @@ class Scorer:
         return found
 
     def count(self, words: list[str]) -> dict[str, int]:
-        """The query terms that ``words`` (raw words) yield, with their counts (shared: not
-        to be changed). Log lines repeat their words, so each list is counted once."""
+        """The query terms ``words`` yield, counted (shared: not to be changed)."""
         key = tuple(words)
         found = self._counted.get(key)
         if found is not None:
@@ -251,8 +244,7 @@ class Scorer:
             p.score = score
 
 
-# A line that does not end a sentence or record, followed by one starting in lower case:
-# the chunk holds hard-wrapped prose, whose paragraphs must be read whole.
+# An open line then one in lower case: hard-wrapped prose, read by whole paragraphs.
 _WRAPPED = regex.compile(r"[^.!?:;)\]}>\"'\s]\r?\n[ \t]*\p{Ll}")
 
 
@@ -352,8 +344,7 @@ def _near(chunk: Chunk, share: int, count: Count, scorer: Scorer) -> list[Passag
 def surroundings(
     group: Group, shown: Sequence[Passage]
 ) -> list[tuple[int, int, Passage | int, int]]:
-    """``(distance, line, what, characters)`` for each line of the chunk not shown;
-    ``what`` is the passage, or in a chunk of records the line's index (``materialize``)."""
+    """``(distance, line, what, characters)`` per line not shown (``what``: ``materialize``)."""
     firsts = sorted(p.first for p in shown)
     taken = set(firsts)
     if group.full:
@@ -371,8 +362,7 @@ def surroundings(
 
 
 def _distances(numbers: Sequence[int], marks: Sequence[int]) -> list[int]:
-    """For ascending ``numbers``, each one's distance to the nearest of ascending ``marks``
-    (one sweep of both)."""
+    """Each of ascending ``numbers``'s distance to the nearest ascending ``marks``."""
     out: list[int] = []
     j, n = 0, len(marks)
     for x in numbers:
@@ -412,8 +402,7 @@ def smooth(groups: Sequence[Group]) -> None:
 
 
 def idf_of(query: Sequence[str], n_chunks: int, doc_freq: Callable[[str], int]) -> dict[str, float]:
-    """Per query term, ``ln(1 + (N - df + 0.5) / (df + 0.5))``: never negative, so a term in
-    most chunks still counts a little."""
+    """Per query term ``ln(1 + (N - df + 0.5) / (df + 0.5))``: never negative."""
     out: dict[str, float] = {}
     for t in set(query):
         df = doc_freq(t)

@@ -24,8 +24,7 @@ async def ingest_in_thread(
     title: str | None = None,
     doc_id: str | None = None,
 ) -> Ingested:
-    """Run :meth:`DocumentStore.ingest` in a worker thread that records its latest progress;
-    this side polls it and forwards changes to ``report``, so the work never waits."""
+    """Ingest in a worker thread; this side polls its progress and forwards it to ``report``."""
     latest: list[tuple[float, str]] = [(0.0, "starting")]
 
     def note(fraction: float, message: str) -> None:

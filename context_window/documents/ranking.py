@@ -1,5 +1,4 @@
-"""Finding text in documents: the best chunks for a query's terms across documents, and
-the best passages of those chunks within a budget (the line-level answer of ``search``)."""
+"""Finding text in documents: the best chunks across documents, then their best passages."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from context_window.tokens import TokenCounter
 
 CANDIDATE_CHUNKS = 6  # the best chunks whose passages are ranked together (see best_passages)
 READ_AT_ONCE = 64  # the most chunks read at once when all that match fit the budget
-# A passage longer than this share of the room is cut into sentences: at least this many
-# hits fit, whatever the limit (a share drawn from the limit would rank by the limit).
+# A passage over this share of the room is cut into sentences, so this many hits fit.
 HITS_THAT_FIT = 3
 PROBES = 32  # earlier chunks read per search, to find where the best lines' kind first occurs
 
@@ -58,8 +56,7 @@ def pool(meaning: Rescore | None) -> int:
 
 
 def ranked_chunks(corpus: Corpus, terms: list[str], limit: int) -> Ranked:
-    """The ``limit`` best chunks for ``terms`` over all of ``corpus``, best first (ties by
-    document, then chunk): (score, document's place, chunk number)."""
+    """The ``limit`` best chunks for ``terms``: (score, document's place, chunk number)."""
     scores, matched, bases = corpus.score(terms)
     candidates = np.flatnonzero(matched)
     if len(candidates) > limit:  # every chunk tied with the limit-th, then by position
@@ -117,8 +114,7 @@ def best_passages(
         if meaning([p for g in groups for p in g.passages]) or size == CANDIDATE_CHUNKS:
             break
         size = CANDIDATE_CHUNKS
-    # Where does each of the best lines' kind of match first occur? Read the earliest
-    # chunks holding all its matched terms (a bounded number) until a line holds them.
+    # Where does each best line's match first occur? Read the earliest chunks holding it.
     have = {(h.doc_id, h.chunk.index) for h in first}
     ranked = [Scored(p.score, 0, p.first, p) for g in groups for p in g.passages if p.score > 0]
     probes: list[Group] = []

@@ -27,8 +27,7 @@ Bytes = npt.NDArray[np.uint8]
 def chunk_settings(
     old_meta: dict[str, Any] | None, tokens: int, overlap: int, ratio: float
 ) -> tuple[int, int, float]:
-    """The old version's (chunk tokens, overlap, ratio) if recorded and passing
-    ``config.check_chunk_settings``, else the given ones."""
+    """The old version's valid (chunk tokens, overlap, ratio), else the given ones."""
     recorded = None if old_meta is None else recorded_chunk_settings(old_meta)
     return recorded or (tokens, overlap, ratio)
 

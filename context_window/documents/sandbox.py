@@ -65,8 +65,7 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
 
 
 def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
-    """One answer for a path missing, unresolvable or outside the roots, naming only the
-    caller's text and the roots: anything else would be an oracle of the host's files."""
+    """One answer for a path missing, unresolvable or outside the roots: never an oracle."""
     missing = [str(r) for r in roots if not r.is_dir()]
     if len(missing) == len(roots):
         return NotFound(
@@ -92,8 +91,7 @@ class OpenFile:
     mtime_ns: int
 
     def blocks(self, max_bytes: int, size: int = _READ_BLOCK) -> Iterator[bytes]:
-        """The file's bytes in blocks from where the descriptor is; InvalidInput once more
-        than ``max_bytes`` came (a file that grew past the limit while it was read)."""
+        """The file's bytes in blocks; InvalidInput once more than ``max_bytes`` came."""
         seen = 0
         while block := os.read(self.fd, size):
             seen += len(block)
@@ -104,8 +102,7 @@ class OpenFile:
 
 @contextlib.contextmanager
 def open_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> Iterator[OpenFile]:
-    """Open a regular file inside an ingest root for reading until the block ends;
-    AccessDenied or InvalidInput (too big) otherwise."""
+    """Open a regular file inside an ingest root until the block ends, else AccessDenied."""
     real = resolve_in_roots(file_path, roots)
     try:
         before = real.lstat()
@@ -148,8 +145,7 @@ _DIR_FLAGS = (
 
 
 def _open_beneath(real: Path, roots: Sequence[Path]) -> int:
-    """Open ``real`` one component at a time from its root with ``O_NOFOLLOW`` (as
-    ``openat``), so a directory swapped for a symlink is refused, /proc or not."""
+    """Open ``real`` a component at a time from its root with ``O_NOFOLLOW`` (as openat)."""
     if os.open not in os.supports_dir_fd:  # pragma: no cover - Windows: whole-path open
         try:
             return os.open(real, _FILE_FLAGS)
@@ -209,8 +205,7 @@ def decode_utf8(data: bytes, what: str) -> str:
 
 
 def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
-    """The error for text that is not UTF-8 at byte ``offset``: iconv advice when the bytes
-    ``around`` it look like another encoding, else that it is not text."""
+    """The error for text not UTF-8 at ``offset``: iconv advice if it looks like text."""
     binary = b"\x00" in around or sum(b < 32 and b not in _TEXT_CONTROLS for b in around) > (
         len(around) // 100
     )

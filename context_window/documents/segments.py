@@ -35,8 +35,7 @@ _START: Resume = (0, 0, 1)
 
 @dataclass(frozen=True)
 class Part:
-    """Chunks of ``text`` (at character ``base``, byte ``first_byte``): ``rows`` (start,
-    end, tokens, first line), byte ``spans``, ``heads`` (None if none), ``data`` (UTF-8)."""
+    """Chunks of ``text`` at ``base``/``first_byte``: rows, byte spans, trails, UTF-8 data."""
 
     rows: I64
     spans: I64
@@ -63,8 +62,7 @@ class Part:
         return self.data.decode("utf-8")
 
     def texts(self, first: int, last: int) -> list[str]:
-        """The texts of chunks ``first`` to ``last - 1``, each with its heading trail on
-        a line of its own after it: what is indexed of a chunk."""
+        """What is indexed of chunks ``first`` to ``last - 1``: text, then heading trail."""
         starts = (self.rows[first:last, 0] - self.base).tolist()
         ends = (self.rows[first:last, 1] - self.base).tolist()
         heads = self.heads[first:last] if self.heads is not None else [""] * len(starts)
@@ -84,8 +82,7 @@ def number_lines(text: str, chunks: list[Chunk], first_line: int = 1) -> list[Ch
 
 
 def byte_spans(text: str, chunks: list[Chunk], first_byte: int = 0) -> I64:
-    """Where each of ``chunks`` of ``text`` (in start order) lies in its UTF-8 bytes,
-    ``text`` beginning at byte ``first_byte``: rows of (start, end)."""
+    """Each chunk's (start, end) in ``text``'s UTF-8, ``text`` beginning at ``first_byte``."""
     if text.isascii():  # a byte per character
         rows = [(first_byte + c.start, first_byte + c.end) for c in chunks]
     else:
@@ -111,8 +108,7 @@ class Plan:
 
 
 def segments(plan: Plan, child: bool = True) -> Iterator[Part]:
-    """The parts of ``plan.source``, a segment each, chunked in a child process if
-    ``child`` and one starts, else (or past its failure) here: the same parts."""
+    """``plan.source``'s parts, a segment each, in a child process if ``child``, else here."""
     resume = _START
     if child:
         try:
@@ -155,8 +151,7 @@ def _quiet_stdout() -> None:
 
 
 def _segment_numbers(plan: Plan, resume: Resume) -> tuple[I64, I64, int, int, int, Resume] | None:
-    """In the child: the segment at ``resume`` as numbers (rows, byte spans, first and
-    end byte, first character, where the next begins), or None past the end."""
+    """In the child: the segment at ``resume`` as numbers, or None past the end."""
     part = next(_chunked(plan, resume), None)
     if part is None:
         return None
@@ -196,8 +191,7 @@ def _chunked(plan: Plan, resume: Resume = _START) -> Iterator[Part]:
 
 
 def _peak_kb() -> int:
-    """This process's peak RSS in kB (VmHWM: ru_maxrss would count the parent's pages
-    from before the exec), or 0 where /proc cannot tell."""
+    """This process's peak RSS in kB (VmHWM, as ru_maxrss counts pre-exec pages), or 0."""
     try:
         with Path("/proc/self/status").open(encoding="ascii") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))

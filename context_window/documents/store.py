@@ -75,8 +75,7 @@ R = TypeVar("R")
 def _steady(
     read: Callable[Concatenate[DocumentStore, P], R],
 ) -> Callable[Concatenate[DocumentStore, P], R]:
-    """A read that, failing on the files (another process may have replaced the document),
-    runs once more under ``guard`` on the document as it is now."""
+    """A read that, failing on the files, runs once more under ``guard`` on fresh data."""
 
     @functools.wraps(read)
     def wrapper(store: DocumentStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -216,8 +215,7 @@ class DocumentStore:
         return {name: why for name, why in found.items() if why is not None}
 
     def meta_damage(self, doc_id: str) -> str | None:
-        """What makes ``doc_id``'s meta.json unusable (None when it is usable or the
-        document does not exist at all)."""
+        """What makes ``doc_id``'s meta.json unusable (None: usable, or no such document)."""
         if self.read_meta(doc_id) is not None or not (self.root / doc_id).is_dir():
             return None
         meta = read_json(self.root / doc_id / "meta.json")
@@ -243,8 +241,8 @@ class DocumentStore:
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """Hold the store against replaces, forgets and meta updates, in this process and
-        in every other one (a flock on the documents directory); re-entrant per thread."""
+        """Hold the store against replaces, forgets and meta updates in every process (a
+        flock on the documents directory); re-entrant per thread."""
         with self._lock:
             if self._guarded or not self.root.is_dir():
                 yield
@@ -291,8 +289,7 @@ class DocumentStore:
             return tables
 
     def retried(self, first: Callable[[], R], again: Callable[[], R]) -> R:
-        """``first()``; if it fails on the files, ``again()`` under ``guard`` (no replace or
-        forget can run then) with no cached tables. See ``_steady``."""
+        """``first()``; if it fails on the files, ``again()`` under ``guard``, uncached."""
         try:
             return first()
         except (StorageError, OSError):
@@ -317,8 +314,8 @@ class DocumentStore:
                 self.drop_cached(doc_id)
 
     def drop_cached(self, doc_id: str) -> None:
-        # Never close the mappings: another thread may still read them, and they are
-        # unmapped with the last reference (a mapping outlives its file's rename).
+        # Never close the mappings: another thread may still read them (unmapped with the
+        # last reference; a mapping outlives its file's rename).
         self._tables.pop(doc_id, None)
 
     def ingest(
@@ -372,8 +369,7 @@ class DocumentStore:
     def _ranked(
         self, terms: list[str], doc_id: str | None, limit: int, skip: Collection[str] = ()
     ) -> tuple[list[DocInfo], list[Tables], Ranked]:
-        """The documents searched (all but ``skip``), their tables, and their ``limit``
-        best chunks ranked (the caller has checked the limit it was given)."""
+        """The documents searched (all but ``skip``), their tables and ``limit`` best chunks."""
         searched = self._searchable() if doc_id is None else [self.get(doc_id)]
         docs = [d for d in searched if d.id not in skip]
         tables = [self.tables(d) for d in docs]
@@ -382,8 +378,7 @@ class DocumentStore:
     def _hits(
         self, docs: list[DocInfo], tables: list[Tables], ranked: Ranked, fresh: bool
     ) -> list[Hit]:
-        """The ``ranked`` chunks read; with ``fresh``, titled as meta.json holds them now
-        (a search over every document lists them from a listing, see ``_searchable``)."""
+        """The ``ranked`` chunks read; with ``fresh``, titled as meta.json holds them now."""
         hits = hits_of(docs, tables, ranked)
         if fresh:
             parsed = {h.doc_id: self._parsed(h.doc_id) for h in hits}
@@ -393,8 +388,7 @@ class DocumentStore:
         return hits
 
     def _corpus(self, tables: list[Tables]) -> Corpus:
-        """The indexes of ``tables`` joined: the last one built while it was built from
-        these very tables (a document ingested, replaced or forgotten makes a new one)."""
+        """The indexes of ``tables`` joined, reused while they are these very tables."""
         with self._lock:
             last = self._joined
             if (
@@ -446,8 +440,7 @@ class DocumentStore:
         docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)
         searched = {d.id: t for d, t in zip(docs, tables, strict=True)}
         corpus = self._corpus(tables)
-        # Read the pool's chunks (ranking.pool); while most earn a hit of their own, read
-        # twice as many (up to the limit) and redo.
+        # Read the pool's chunks; while most earn a hit of their own, read twice as many.
         every = len(ranked) < max(top, READ_AT_ONCE)
         whole = sum(int(tables[r.doc].tokens()[r.chunk]) for r in ranked)
         want = top if every and whole <= budget - reserve else pool(meaning)

@@ -29,8 +29,7 @@ from context_window.errors import StorageError
 from context_window.models import Chunk, Count, Reserve
 from context_window.storage import read_at
 
-# A document's index/ arrays, with the rows each holds beyond one per chunk (None: not
-# per chunk).
+# A document's index/ arrays and the rows each holds beyond one per chunk (None: not per chunk).
 INDEX_ARRAYS: dict[str, int | None] = {
     "spans.npy": 0,
     "chunks.npy": 0,
@@ -63,8 +62,7 @@ class DocInfo:
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> DocInfo:
-        """Parse meta.json; ValueError naming the first field that is not valid (see
-        ``meta_problem``). A cached summary that is not valid is left out, made again."""
+        """Parse meta.json (ValueError names the first bad field; a bad summary is dropped)."""
         problem = meta_problem(meta)
         if problem is not None:
             raise ValueError(problem)
@@ -97,8 +95,7 @@ def _stat(value: Any) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Kept:
-    """Which chunks a re-ingest left unchanged: ``0..prefix-1`` as they were, and the last
-    ``tail``, old chunk ``tail_old + k`` now ``tail_old + shift + k``."""
+    """Chunks a re-ingest kept: ``0..prefix-1``, and the last ``tail`` shifted by ``shift``."""
 
     old_chunks: int
     new_chunks: int
@@ -190,8 +187,7 @@ class Tables:
         return np.asarray(self.table[:, 2])
 
     def read(self, first: int, last: int) -> list[Chunk]:
-        """Chunks ``first..last`` (inclusive) from source.txt, each checked against the
-        table, so a source changed behind the index is reported, not shown."""
+        """Chunks ``first..last`` from source.txt, each checked against the table."""
         try:
             if first < 0 or last >= len(self.spans) or last < first:
                 raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")
@@ -210,8 +206,7 @@ class Tables:
         return chunks
 
     def cut(self, text: str) -> Iterator[Chunk]:
-        """Every chunk as stored, cut from ``text`` (the source) by the chunk table; a
-        StorageError once a chunk's range does not lie within it."""
+        """Every chunk cut from the source ``text``; StorageError once a range lies outside."""
         for i, row in enumerate(self.table.tolist()):
             start, end, tokens, line = (int(v) for v in row)
             if not 0 <= start <= end <= len(text):

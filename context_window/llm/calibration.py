@@ -38,8 +38,7 @@ PROSE: tuple[str, ...] = (
     "Glaciers carve valleys over thousands of years, leaving lakes and loose rock behind them.",
     "Children learn languages quickly when they hear them every day from people they trust.",
 )
-# Prose alone tokenizes better than notes, code and JSON (SmolLM2: 4.9 chars/token against
-# 3.2-3.7) and would undercount them by 15-35 %.
+# Prose alone tokenizes better than notes, code and JSON (SmolLM2: 4.9 chars/token, 3.2-3.7).
 TECHNICAL: tuple[str, ...] = (
     "Decision: keep entries.jsonl append-only; compaction writes one summary plus patches.",
     "Bug #1432: load_settings() ignored CTX_LLM_TIMEOUT=30 when --llm-timeout was unset (v0.4.2).",
@@ -73,8 +72,7 @@ class Calibrator:
         *,
         failure_level: int = logging.WARNING,
     ) -> None:
-        """``failure_level``: how loud a failed run is logged (INFO when nobody asked for
-        this endpoint: a default one with no model server behind it is no fault)."""
+        """``failure_level``: INFO when nobody asked for this endpoint (no fault then)."""
         self._client = client
         self._failure_level = failure_level
         self._counter = counter

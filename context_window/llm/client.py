@@ -61,8 +61,7 @@ class LLMClient:
         self._http: httpx.AsyncClient | None = None  # made on the first request (see _client)
 
     def _client(self) -> httpx.AsyncClient:
-        """The HTTP client, made on first use: httpx is imported only when a model is
-        called, not while the server starts (it is ~40 ms of a ~0.9 s start)."""
+        """The HTTP client, made on first use (httpx is ~40 ms of a ~0.9 s start)."""
         if self._http is None:
             import httpx
 

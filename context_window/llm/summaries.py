@@ -316,8 +316,7 @@ def _continues(prev: str, line: str) -> bool:
 
 
 def _ends(segment: str, match: regex.Match[str]) -> bool:
-    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation or
-    initial), reading only the next character and the word before."""
+    """Whether the punctuation at ``match`` ends a sentence (not an abbreviation)."""
     nxt = _NEXT.search(segment, match.end())
     if nxt is None:
         return True

@@ -16,11 +16,9 @@ import Stemmer
 from context_window.errors import InvalidInput
 
 _WORD = regex.compile(r"[\w$]+")
-# Case classes are Unicode-wide so "naïve" or "Straße" stay whole instead of splitting at the
-# accented letter; the last branch keeps runs of caseless letters (CJK, etc.) together.
+# Unicode-wide case classes keep "naïve" or "Straße" whole; caseless runs (CJK) stay together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
-# Function words only: words that carry meaning in logs ("out" of memory, link "down",
-# power "off") are kept. Checked on the lowercased word, before stemming.
+# Function words only: "out" of memory, link "down", power "off" carry meaning and stay.
 STOP_WORDS = frozenset(
     "a about also am an and are as at be been being but by can could did do does doing for "
     "from had has have having he her here hers herself him himself his how i if in into is it "
@@ -42,8 +40,7 @@ class QueryLimits:
     max_terms: int = MAX_QUERY_TERMS
 
 
-# Bumped whenever ``Analyzer`` turns a text into other terms: state saved with the
-# terms of an older analyzer (a session snapshot) is then built again from the text.
+# Bumped whenever ``Analyzer`` changes its terms: state saved with older ones is rebuilt.
 ANALYZER_VERSION = 1
 
 
@@ -76,8 +73,7 @@ class Analyzer:
         parts = _PART.findall(raw)
         split = len(parts) > 1 or bool(parts and parts[0].lower() != whole)
         if len(whole) >= 2 and whole not in STOP_WORDS:
-            # Stemmed even when it is an identifier: "getusername" typed in lower case is
-            # a plain word, and must find the whole of "getUserName".
+            # Stemmed even as an identifier: "getusername" must find "getUserName".
             out.append(self._stem(whole))
         if split:
             for part in parts:
@@ -103,8 +99,7 @@ class Analyzer:
         return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
 
     def query(self, text: str) -> list[str]:
-        """A query's distinct terms, first seen first; InvalidInput past ``limits``
-        (checked before any work)."""
+        """A query's distinct terms, first seen first; InvalidInput past ``limits``."""
         limits = self.limits
         if len(text) > limits.max_chars:
             raise InvalidInput(

@@ -1,5 +1,4 @@
-"""BM25 (Okapi) as ``rank_bm25.BM25Okapi`` computes it: k1 = 1.2, b = 0.75, negative idf
-floored at epsilon x the average idf."""
+"""BM25 (Okapi) as ``rank_bm25.BM25Okapi`` computes it (k1 1.2, b 0.75, its idf floor)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import numpy.typing as npt
 K1 = 1.2
 B = 0.75
 EPSILON = 0.25
-# Share of the adjacent units' BM25 a unit (session entry, document passage) gains: an
-# answer usually sits next to the turn or line that names its topic.
+# Share of adjacent units' BM25 a unit gains: an answer sits beside what names its topic.
 NEIGHBOUR_WEIGHT = 0.5
 
 
@@ -51,8 +49,7 @@ def term_scores(
 def smooth_neighbours(
     scores: npt.NDArray[np.float64], among: npt.NDArray[np.bool_], times: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
-    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x the scores of each entry's neighbours in time
-    among ``among`` (what recall may return; others score 0)."""
+    """``scores`` plus ``NEIGHBOUR_WEIGHT`` x its time neighbours' among ``among``."""
     out = np.zeros_like(scores)
     idx = np.flatnonzero(among)
     if len(idx) == 0:
@@ -73,8 +70,7 @@ def best_first(
     times: npt.NDArray[np.float64],
     first: int | None = None,
 ) -> tuple[npt.NDArray[np.intp], int]:
-    """``positions`` by score, highest first, ties latest first, and how many are in order:
-    with ``first``, only the best ``first`` (and ties) are sorted."""
+    """``positions`` best first, ties latest first; only the best ``first`` sorted."""
     if first is not None and len(positions) > first:
         own = scores[positions]
         kth = np.partition(own, len(own) - first)[len(own) - first]

@@ -26,8 +26,7 @@ def scan(
     n_slot: Any, n_key: Any, n_last: Any, n_pair: Any, nums: Any,
     out_row: Any, out_val: Any, out_num: Any, out_n: Any, out: Any,
 ) -> int:  # fmt: skip
-    """Count the words of texts ``t0``.. (``buf[starts[t]:ends[t]]``, chunk ``rows[t]``)
-    into ``words``, ``nums`` and ``out``; return the text it stopped before."""
+    """Count the words of texts ``t0``.. of ``buf``; return the text it stopped before."""
     most_digits = len(shorter) - 2  # shorter[n] is given for n up to the longest number
     w_mask = np.uint64(len(s_id) - 1)
     n_mask = np.uint64(len(n_slot) - 1)

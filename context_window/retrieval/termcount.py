@@ -39,22 +39,19 @@ _WORD_BYTES.flags.writeable = False
 _KEEP_BYTES = np.array([(1 << (8 * v)) - 1 for v in range(9)], dtype=np.uint64)
 _KEEP_BYTES.flags.writeable = False
 NUMBER = 1 << 31  # the bit of a term id that numbers the term in a NumberTable
-# _SHORTER[n]: how many digit strings have fewer than n digits; n digits of value v have
-# the key _SHORTER[n] + v, so leading zeros are kept and keys sort by (length, value).
+# _SHORTER[n]: digit strings shorter than n; n digits of value v key as _SHORTER[n] + v.
 _SHORTER = np.array([(10**n - 1) // 9 for n in range(NUMBER_DIGITS + 2)], dtype=np.uint64)
 _SHORTER.flags.writeable = False
 _SHORTER_INT: list[int] = _SHORTER.tolist()
 _WORDS_PER_WRITE = 65_536
 _WORDS_PER_READ = 4096  # a merge reads every run at once: little of each
-# A batch of ASCII text at least this long is counted by the compiled scan (wordscan)
-# when numba is there; smaller ones are not worth its import and first compilation.
+# A batch of ASCII text this long is counted by the compiled scan, when numba is there.
 SCAN_MIN_CHARS = 1 << 18
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much counting holds at once: the defaults suit a 1 GB log; tests make them
-    small to exercise spills and merges on small inputs."""
+    """How much counting holds at once: defaults for a 1 GB log; tests make them small."""
 
     words_per_run: int = 1 << 18  # a counter with a spill folder keeps about this many words
     scan_words: int = 1 << 18  # the scan's table of raw words is emptied past this many
@@ -120,8 +117,7 @@ class NumberTable:
         return [(piece, bounds[i], bounds[i + 1]) for i, piece in enumerate(self._pieces)]
 
     def _fold(self) -> None:
-        """Merge the recent part into the pieces, one piece at a time, each old piece
-        let go once merged: the table is never held twice."""
+        """Merge the recent part into the pieces one at a time: never held twice."""
         keys, ids = self._recent
         self._recent = _empty_part()
         routes = self._routes(keys) or [(_empty_part(), 0, len(keys))]
@@ -152,8 +148,7 @@ class NumberTable:
         return _merged(whole, self._recent)
 
     def drain(self) -> Iterator[tuple[U64, U32]]:
-        """Every key, ascending, and its id, a piece at a time. The table is left empty
-        and lets go of each piece once it is given."""
+        """Every key ascending with its id, a piece at a time, emptying the table."""
         self._fold()
         pieces, self._pieces, self.size = self._pieces[::-1], [], 0
         while pieces:
@@ -191,8 +186,7 @@ class TermCounter:
         scan: bool | None = None,
         sizes: Sizes = Sizes(),
     ) -> None:
-        """``scan``: count ASCII text with the compiled scan (True), never (False), or
-        for large batches when numba can be imported (None). It needs ``numbers``."""
+        """``scan``: compiled scan always, never, or when numba loads (None); needs numbers."""
         # Its own analyzer needs little memo: this counter remembers each word's ids.
         self.analyzer = analyzer or Analyzer(memo_limit=_MEMO_LIMIT // 4)
         self.vocab: dict[str, int] = {}  # every term but those in ``numbers`` (since a run)
@@ -233,14 +227,12 @@ class TermCounter:
         ]
 
     def _spill_if_full(self) -> None:
-        """Spill the words once a run's worth are held: between batches, so that a
-        chunk's words all have one id each."""
+        """Spill the words once a run's worth are held (between batches)."""
         if self._spill is not None and len(self.vocab) >= self.sizes.words_per_run:
             self._spill_run()
 
     def _spill_run(self) -> None:
-        """Move the words to a sorted run file beside their ids, and start afresh: the
-        words seen from now on get new ids (merged with these by ``sorted_words``)."""
+        """Move the words to a sorted run file; later words get new ids (``sorted_words``)."""
         assert self._spill is not None
         path = self._spill / f".words{len(self._runs)}.part"
         words = sorted(self.vocab)
@@ -256,8 +248,7 @@ class TermCounter:
         self._forget_raw()  # so do the scanner's raw words
 
     def sorted_words(self) -> Iterator[tuple[str, int]]:
-        """Every (word, id), in word order; a word spilled in several runs comes once
-        per run, the runs' copies together. The words are emptied as they go."""
+        """Every (word, id) in word order, runs' copies together, emptying the words."""
         if not self._runs:
             words = sorted(self.vocab)
             ids = [self.vocab[w] for w in words]
@@ -314,15 +305,13 @@ class TermCounter:
         return self._scan
 
     def done_counting(self) -> None:
-        """Let go of what only counting needs (the scan's tables); the words and
-        numbers stay, for the index to be written."""
+        """Let go of the scan's tables; the words and numbers stay for the index."""
         self._scanner = None
         self._no_raw()
         self._memo.clear()
 
     def _no_raw(self) -> None:
-        # Term ids of the scanner's raw words: word w has _raw_len[w] ids from _raw_off[w]
-        # in _raw_flat, of which _raw_used are given (the arrays grow by doubling).
+        # Raw word w's term ids: _raw_len[w] from _raw_off[w] in _raw_flat (grown by doubling).
         self._raw_len = np.zeros(0, dtype=np.int64)
         self._raw_off = np.zeros(0, dtype=np.int64)
         self._raw_flat = np.zeros(0, dtype=np.uint32)
@@ -344,8 +333,7 @@ class TermCounter:
     def _count_scanned(
         self, buf: npt.NDArray[np.uint8], starts: I64, ends: I64, rows: npt.NDArray[np.int32]
     ) -> tuple[U32, U32, U32]:
-        """Counts of the ASCII texts ``buf[starts[i]:ends[i]]`` (chunk ``rows[i]``) by the
-        compiled scan: only the raw words it had not seen before become Python strings."""
+        """Counts of ASCII texts by the compiled scan: only new raw words become strings."""
         if self._scanner is None:
             self._scanner = wordscan.Scanner(_SHORTER, wordscan.compiled_kernels())
         elif self._scanner.n_words > self.sizes.scan_words:
@@ -470,8 +458,7 @@ class TermCounter:
         return np.repeat(pair_chunk, rep), terms, np.repeat(counts, rep)
 
     def _expand_rows(self, reps: U64) -> tuple[I64, U32]:
-        """Term ids of each distinct raw word (rows of 8-byte blocks): how many each has,
-        and all of them in row order; digit runs are looked up in the NumberTable."""
+        """Term ids of each distinct raw word (8-byte rows): counts and ids in row order."""
         digits = None
         if self.numbers is not None and reps.shape[1] * 8 <= NUMBER_DIGITS + 5:
             digits = _digit_runs(reps)
@@ -540,8 +527,7 @@ def _run(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def _digit_runs(reps: U64) -> tuple[I64, U64] | None:
-    """Per row of 8-byte blocks, its length if all ASCII digits (at most
-    ``NUMBER_DIGITS``, else 0) and its number key; None when no row is a number."""
+    """Per 8-byte row, its length if all digits (else 0) and its key; None if none is."""
     raw = np.ascontiguousarray(reps).view(np.uint8).reshape(len(reps), -1)
     size = (raw != 0).sum(axis=1)
     digit = (raw >= 0x30) & (raw <= 0x39)

@@ -75,8 +75,7 @@ class Vectors:
         return self._rows[:n]
 
     def lookup(self, ids: Sequence[str]) -> dict[str, F32]:
-        """The vectors of those ``ids`` that have one, whatever their position: for keys
-        naming their content (a passage's digest), which any record may hold."""
+        """The vectors of those ``ids`` that have one, at any position (passage digests)."""
         self._reload()
         data = self._data
         if data is None:
@@ -89,8 +88,7 @@ class Vectors:
         return {i: data["vec"][r].astype(np.float32) for i, r in rows.items()}
 
     def cosines(self, query: F32) -> F32:
-        """Each record's vector times ``query``, as mapped at the last ``rows``, read in
-        blocks in file order (twice as fast as gathering by position)."""
+        """Each record's vector times ``query``, read in blocks in file order."""
         data = self._data
         if data is None:
             return np.zeros(0, dtype=np.float32)
@@ -101,8 +99,7 @@ class Vectors:
         return np.concatenate(parts).astype(np.float32)
 
     def _reload(self) -> None:
-        """Map the records written so far. A file replaced or started anew since (another
-        inode, fewer records, another dimension) is read from its first record."""
+        """Map the records written so far; a file replaced or restarted is read afresh."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -128,8 +125,7 @@ class Vectors:
         )
 
     def write(self, items: Sequence[tuple[int, str, Sequence[float]]]) -> int:
-        """Append (position, id, unit vector) records; a file of another dimension (or
-        not a vectors file) is replaced by a new one. Returns how many were written."""
+        """Append (position, id, unit vector) records, replacing a file of another dimension."""
         if not items:
             return 0
         dim = len(items[0][2])
@@ -147,8 +143,7 @@ class Vectors:
             if size < HEADER:  # a new file: another model's is of no more use
                 self._remove_others()
             if size and os.read(fd, HEADER) != header:
-                # Another dimension: a new file, renamed over this one, so that a reader
-                # still mapping the old one never finds its pages cut away (SIGBUS).
+                # Renamed over, so a reader still mapping the old file never gets SIGBUS.
                 with atomic_file(self.path) as f:
                     f.write(header + records.tobytes())
                 return len(items)

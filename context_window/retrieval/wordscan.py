@@ -21,8 +21,7 @@ I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
 NUMBER_DIGITS = 19  # the longest number term: any 19-digit key fits in a uint64
-# _CLASS[b]: 0 for a byte outside words, 1 for a digit, 2 for the other word bytes:
-# [A-Za-z0-9_$], what [\w$] matches in ASCII text.
+# _CLASS[b]: 0 outside words, 1 a digit, 2 another word byte ([A-Za-z0-9_$]).
 _CLASS = np.zeros(256, dtype=np.uint8)
 _CLASS[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$", np.uint8)] = 2
 _CLASS[np.frombuffer(b"0123456789", np.uint8)] = 1
@@ -33,8 +32,7 @@ _log = logging.getLogger(__name__)
 
 @functools.cache
 def compiled_kernels() -> Any:
-    """The compiled kernels, or None where numba (the ``fast`` extra) cannot run; a broken
-    one is reported once. The numpy path counts the same words, about 2x slower."""
+    """The compiled kernels, or None where numba cannot run (reported once if broken)."""
     try:
         from context_window.retrieval import kernels  # numba: only when needed
     except ImportError as exc:
@@ -59,16 +57,14 @@ def available() -> bool:
 
 
 class Pairs:
-    """Chunk ``row[i]`` holds raw word or number ``val[i]`` (``num[i]``) ``n[i]`` times;
-    ``keys[k]`` is number k's key; new words are numbered from the table's old size."""
+    """Chunk ``row[i]`` holds word or number ``val[i]`` (``num[i]``) ``n[i]`` times."""
 
     def __init__(self, row: I32, val: I64, num: npt.NDArray[np.bool_], n: I32, keys: U64) -> None:
         self.row, self.val, self.num, self.n, self.keys = row, val, num, n, keys
 
 
 class Scanner:
-    """The arrays of the scan kept from batch to batch: the table of distinct raw
-    words (until ``forget_words``) and room for one batch's numbers and pairs."""
+    """The scan's arrays kept from batch to batch: the word table and a batch's room."""
 
     def __init__(self, shorter: U64, kernels: Any) -> None:
         self._k = kernels

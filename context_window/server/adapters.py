@@ -1,5 +1,4 @@
-"""What every tool adapter shares: error mapping (core errors become ToolError here and
-nowhere else), the audit line and the annotations."""
+"""What every tool adapter shares: error mapping, the audit line and the annotations."""
 
 from __future__ import annotations
 
@@ -19,15 +18,12 @@ from context_window.errors import ContextWindowError, advised
 
 log = logging.getLogger("context_window")
 
-# The tool annotations, one set for every tool: no tool reaches outside the data dir
-# and the ingest roots, so none is open-world.
+# No tool reaches outside the data dir and the ingest roots: none is open-world.
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-# readOnlyHint is false unless given (the protocol's default), so the writing tools
-# leave it out: every schema token is paid in every request.
+# readOnlyHint defaults to false, so writing tools leave it out (schema tokens cost).
 WRITES = ToolAnnotations(destructive_hint=False, open_world_hint=False)
 DESTROYS = ToolAnnotations(destructive_hint=True, open_world_hint=False)
-# doc_ingest with an existing doc_id replaces that document (destructive), and ingesting
-# the same text twice returns the first copy (idempotent).
+# doc_ingest replaces a doc_id (destructive); the same text twice is one copy (idempotent).
 REPLACES = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 # What the model can do about an error (see ``errors.REMEDIES``): the tool to call.
@@ -54,8 +50,7 @@ P = ParamSpec("P")
 def guarded(
     name: str, audit: bool, ready: Callable[[], Awaitable[object]] | None = None
 ) -> Callable[[Callable[P, Awaitable[CallToolResult]]], Callable[P, Awaitable[CallToolResult]]]:
-    """Wrap a tool: await ``ready`` (the engine's first build), map core errors to
-    ToolError, log unexpected ones, write the audit line."""
+    """Wrap a tool: await ``ready``, map core errors to ToolError, write the audit line."""
 
     def decorate(
         fn: Callable[P, Awaitable[CallToolResult]],
@@ -102,8 +97,7 @@ _TYPES = {
 
 
 def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> str:
-    """One short line per invalid argument, naming it and the rule it broke (pydantic's
-    report spans lines and repeats the input)."""
+    """One short line per invalid argument, naming it and the rule it broke."""
     properties = (schema or {}).get("properties", {})
     lines: list[str] = []
     for err in error.errors(include_url=False):
@@ -152,8 +146,7 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
     return "is invalid: " + str(err["msg"]).split("\n", 1)[0]
 
 
-# The keys of each tool's structured content, published as its outputSchema (names only:
-# every schema token is paid per request); "cut": true is added to a fitted answer.
+# Each tool's structured-content keys, its outputSchema (names only); "cut" when fitted.
 _DOC = "id title source sha256 chars chunks tokens cursor created_at summary_cached"
 OUTPUT_KEYS = {
     "context_guide": "data_dir budget ingest_roots token_counts token_ratio summarizer tools",

@@ -53,8 +53,7 @@ def instructions(tools: str) -> str:
 
 
 def slim_schema(node: Any) -> Any:
-    """A JSON schema without generated titles, with ``anyOf [T, null]`` (default null) as T,
-    and without ``"default": false`` on booleans (a flag left out is off)."""
+    """A JSON schema without titles, nullable defaults or ``"default": false``."""
     if isinstance(node, list):
         return [slim_schema(x) for x in node]
     if not isinstance(node, dict):
@@ -74,14 +73,12 @@ def slim_schema(node: Any) -> Any:
 
 
 class SlimServer(MCPServer):
-    """An MCPServer whose tools/list carries slimmed input schemas, and whose argument
-    errors read as one line per problem."""
+    """An MCPServer with slimmed tool schemas and one-line argument errors."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
-        """Run a tool, naming the rule a bad argument broke; an unknown tool is a protocol
-        error (-32602) naming the tools there are."""
+        """Run a tool; an unknown tool is a protocol error (-32602) naming the tools."""
         if self._tool_input_schema(name) is None:
             known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
             raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
@@ -93,8 +90,7 @@ class SlimServer(MCPServer):
                 raise
             if isinstance(cause, ValidationError):
                 raise ToolError(argument_errors(cause, self._tool_input_schema(name))) from cause
-            # The SDK prefixes "Error executing tool <name>: "; the model knows which tool
-            # it called, and every token of an error is one less for the answer.
+            # Drop the SDK's "Error executing tool <name>: ": the model knows what it called.
             prefix = f"Error executing tool {name}: "
             message = str(exc)
             if message.startswith(prefix):
@@ -107,8 +103,7 @@ class SlimServer(MCPServer):
         await serve_stdio(low.run, low.create_initialization_options())
 
     async def list_tools(self) -> list[Tool]:
-        """The registered tools, with :func:`slim_schema` applied to each input schema and
-        each tool's output schema (``adapters.output_schema``)."""
+        """The tools, with slimmed input schemas and their output schemas."""
         tools = await super().list_tools()
         return [
             t.model_copy(
@@ -133,8 +128,7 @@ def wire_tokens(tool: Tool, ratio: float) -> int:
 
 
 def serve(settings: Settings) -> None:
-    """Build the MCP server, and serve on the configured transport until stopped (stdio:
-    until the client closes the pipe); the Service is built beside the handshake."""
+    """Build the MCP server and serve until stopped, the Service built beside the handshake."""
     engine = Engine(settings)
     app = build_server(engine)
     if settings.transport == "http":
@@ -237,8 +231,7 @@ Ranking: {service.ranking()}."""
 
 
 def build_server(service: Service | Engine) -> MCPServer:
-    """A server exposing every tool of ``service`` (an Engine builds its Service as
-    serving begins); tests build as many as they like."""
+    """A server exposing every tool of ``service`` (tests build as many as they like)."""
     engine = service if isinstance(service, Engine) else Engine(service.settings, service)
 
     @asynccontextmanager

@@ -60,8 +60,7 @@ SEARCH_TIP = "Read on from a line: doc_window(doc_id, line=N)"
 def search_header(
     hits: int, used: int, budget: int, omitted: int, terse: bool = False, words_only: bool = False
 ) -> str:
-    """doc_search's first lines: what is shown, the tokens, what did not fit, whether it
-    ranked by words only though meaning was asked for, and how to read on."""
+    """doc_search's first lines: what is shown, tokens, left out, words only, read on."""
     head = answers.search_header(hits, used, budget, omitted, terse)
     head += WORDS_ONLY if words_only else ""
     return head if terse else f"{head}\n{SEARCH_TIP}"

@@ -1,5 +1,4 @@
-"""The document tools: each validates its arguments, makes one Service call and renders
-its view (see ``views``)."""
+"""The document tools: each validates, makes one Service call and renders its view."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ Budget = Annotated[int | None, Field(ge=64, le=1_000_000)]
 def from_keyword(
     fn: Callable[P, Awaitable[CallToolResult]],
 ) -> Callable[P, Awaitable[CallToolResult]]:
-    """Let a tool take the argument ``from`` (a Python keyword) as ``from_``: the SDK
-    validates and passes arguments by alias."""
+    """Take the argument ``from`` (a keyword) as ``from_``: the SDK passes it by alias."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:

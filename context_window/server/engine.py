@@ -1,5 +1,4 @@
-"""The Service behind the tools, built in a worker thread as serving begins: the handshake
-and tools/list need none of it, so the first reply comes as early as the SDK's own."""
+"""The Service behind the tools, built in a worker thread beside the handshake."""
 
 from __future__ import annotations
 
@@ -54,7 +53,6 @@ class Engine:
             self._service.save_on_stop(until)
 
     async def warm_in_background(self) -> None:
-        """Build the Service as serving begins, beside the handshake (which never waits
-        for it), then measure the model's tokens per character (calibration)."""
+        """Build the Service beside the handshake, then calibrate the token ratio."""
         service = await self.ready()
         await service.calibrate_in_background()

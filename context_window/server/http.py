@@ -89,8 +89,7 @@ def allowed_host_names(settings: Settings) -> list[str]:
 def transport_security(settings: Settings) -> TransportSecuritySettings:
     """The SDK's Host/Origin allow-lists; off only for a public bind guarded by a token."""
     if settings.http_token and not is_loopback(settings.host):
-        # A public bind is reached by names we cannot know; its required token already
-        # defeats DNS rebinding (a browser page cannot supply it).
+        # A public bind's names are unknowable; its required token defeats DNS rebinding.
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     names = allowed_host_names(settings)
     origins = [
@@ -231,8 +230,7 @@ class SessionGuard:
                     for name, value in message.get("headers", []):
                         if name.lower() == b"mcp-session-id":
                             self.lru[value.decode("latin-1")] = client
-                    # Counted once: a client may send its next request as soon as it has
-                    # these headers, before this coroutine ends (seen under load).
+                    # Counted once: a client may send again on these headers (seen under load).
                     opened()
                 await send(message)
 
@@ -268,8 +266,7 @@ TOO_LARGE = (
 
 
 async def read_body(scope: Scope, receive: Receive, send: Send) -> bytes | None:
-    """The whole request body, or None when it was refused (413: over ``MAX_BODY_BYTES``,
-    named with what to do instead) or the client went away before sending it."""
+    """The whole request body, or None when refused (413) or the client went away."""
     declared = Headers(scope=scope).get("content-length", "")
     parts: list[bytes] = []
     size = int(declared) if declared.isdigit() else 0

@@ -74,8 +74,7 @@ def render_open(o: Opened) -> str:
 
 
 def recall_label(entry: Entry, dated: bool = False) -> str:
-    """The line above each recalled entry: short name, role, tags and flags, and the day
-    saved when the entries span days (never mistaken for a date in the text)."""
+    """The line above a recalled entry: name, role, tags, flags, the day if several."""
     role = "" if entry.role == "note" else f" {entry.role}"
     tags = "".join(f" #{t}" for t in entry.tags)
     flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
@@ -102,8 +101,7 @@ def recall_header(
     terse: bool = False,
     words_only: bool = False,
 ) -> str:
-    """context_recall's first line(s): counts and tokens, what was left out, and
-    whether meaning was asked for and not had (the embeddings endpoint failed)."""
+    """context_recall's header: counts, tokens, left out, and words only if so."""
     header = f"{shown}/{candidates} · {used}/{budget}" + (WORDS_ONLY if words_only else "")
     if terse:  # a budget too small for the full header
         return header
@@ -153,8 +151,7 @@ def recall_body(rec: Recall) -> str:
 def render_recall(
     rec: Recall, terse: bool = False, used: int | None = None, body: str | None = None
 ) -> str:
-    """context_recall's text: a header with counts and tokens (``used``), then entries best
-    first (``body``, when the caller has it)."""
+    """context_recall's text: the header (``used``), then the entries best first."""
     p = rec.packed
     header = recall_header(
         len(rec.entries),
@@ -269,8 +266,7 @@ def render_update(entry: Entry) -> str:
 
 
 def render_sessions(page: SessionPage, budget: int, counter: TokenCounter) -> str:
-    """context_list_sessions' text: a line per session, newest first, within ``budget``,
-    and where the next page starts."""
+    """context_list_sessions' text: a line per session within ``budget``, the next page."""
     if not page.total:
         return "No sessions yet. Call context_open to start one."
     n, first = len(page.sessions), page.offset + 1

@@ -1,5 +1,4 @@
-"""The session tools: each validates its arguments, makes one Service call and renders
-its view (see ``views``)."""
+"""The session tools: each validates, makes one Service call and renders its view."""
 
 from __future__ import annotations
 

@@ -34,8 +34,7 @@ def screen(line: str) -> str | types.JSONRPCError | None:
     except ValueError:  # pydantic's ValidationError is a ValueError
         pass
     else:
-        # An id the SDK cannot take (9.5, true) turns a request into a "notification" that
-        # it would never answer; anything else it accepts passes through as it came.
+        # An id the SDK cannot take (9.5, true) would be a notification it never answers.
         if not isinstance(message, types.JSONRPCNotification) or '"id"' not in line:
             return line
         try:

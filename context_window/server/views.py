@@ -37,8 +37,7 @@ def result(
     budget: int | None = None,
     count: Count | None = None,
 ) -> CallToolResult:
-    """A tool result: the text plus the same facts as structured content, fitted on its
-    own to ``budget`` (``fit_data``)."""
+    """A tool result: the text and the same facts as structured content, fitted alike."""
     if budget is not None and count is not None:
         data = fit_data(data, budget, count)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
@@ -66,8 +65,7 @@ def entry_data(entry: Entry) -> dict[str, Any]:
 
 
 def pinned_data(entry: Entry) -> dict[str, Any]:
-    """A pinned entry as context_open shows it: the start of its text, as the text answer
-    has it (context_recall gives it whole), so many large pins cost no more than there."""
+    """A pinned entry as context_open shows it: the start of its text, as the text does."""
     cut = len(entry.text) > st.PREVIEW_CHARS
     text = entry.text[: st.PREVIEW_CHARS - 1] + "…" if cut else entry.text
     out = {"id": entry.id, "ref": entry.ref, "created_at": entry.created_at, "role": entry.role}
@@ -76,8 +74,7 @@ def pinned_data(entry: Entry) -> dict[str, Any]:
 
 
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
-    """A recalled entry as structured content, flags and lists only when set (seq and
-    tokens left out), so it stays near the text's size."""
+    """A recalled entry as structured content, flags and lists only when set."""
     out: dict[str, Any] = {
         "id": entry.id,
         "ref": entry.ref,

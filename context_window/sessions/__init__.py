@@ -1,5 +1,4 @@
-"""Sessions: the durable working memory of one task, a journal per session (``store`` is
-the way in)."""
+"""Sessions: the durable working memory of one task, a journal per session."""
 
 from context_window.sessions.compaction import Compaction
 from context_window.sessions.session import Session

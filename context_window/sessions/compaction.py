@@ -44,8 +44,7 @@ def summary_input(plan: CompactionPlan) -> str:
 def keep_facts(
     summary: Summary, plan: CompactionPlan, target_tokens: int, counter: TokenCounter
 ) -> tuple[Summary, list[str], int]:
-    """``summary`` with the facts of the originals it lost appended (as many as fit
-    ``target_tokens``), the facts appended, and how many more did not fit."""
+    """``summary`` with the lost facts that fit appended: (text, facts, how many did not)."""
     originals = "\n".join(e.text for e in plan.entries)
     lost = lost_facts(originals, summary.text)
     if not lost:
@@ -66,8 +65,7 @@ def _render(entry: Entry) -> str:
 def check_pins(
     state: SessionState, entry_id: str, pinned: bool | None, deleted: bool | None
 ) -> None:
-    """Refuse a change that would fold a pinned entry into a summary (redoing an undone
-    compaction, or pinning an entry a live summary folds)."""
+    """Refuse a change that would fold a pinned entry into a summary."""
     rec = state.records[entry_id]
     if deleted is False and rec["deleted"] and rec["replaces"]:
         for old in rec["replaces"]:

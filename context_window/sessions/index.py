@@ -33,8 +33,7 @@ class MemoryIndex:
         self._cache: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._doc_len: array[int] = array("I")
         self._total_len = 0
-        # The statistics as of the last query, and the df behind them: the next query
-        # updates df for the terms in _pending instead of walking every posting list.
+        # The statistics as of the last query; the next updates df for _pending's terms.
         self._stats: tuple[int, float, npt.NDArray[np.int64]] | None = None
         self._df: npt.NDArray[np.int64] | None = None
         self._pending: list[int] = []
@@ -75,8 +74,7 @@ class MemoryIndex:
         lengths: npt.NDArray[np.int64],
         vocabulary: Sequence[str],
     ) -> None:
-        """Index a batch as :meth:`add` of each would: ``doc[i]`` (ascending, within the
-        batch) holds ``vocabulary[term[i]]`` ``tf[i]`` times (``termcount.Triples``)."""
+        """Index a batch as :meth:`add` of each would (``termcount.Triples``' shape)."""
         base = len(self._doc_len)
         ids = np.empty(len(vocabulary), dtype=np.int64)
         # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
@@ -108,8 +106,7 @@ class MemoryIndex:
             self._fold()
 
     def _fold(self) -> None:
-        """Merge the per-term arrays into the base arrays: each term's new postings go
-        after its old ones (their documents are later), in one pass over the base."""
+        """Merge the per-term arrays into the base, each term's new postings after its old."""
         if not self._tail_docs:
             return
         n_terms = len(self._terms)
@@ -139,8 +136,7 @@ class MemoryIndex:
         return out
 
     def export(self) -> tuple[list[str], dict[str, npt.NDArray[Any]]]:
-        """The index as its terms (in number order) and flat arrays, for ``restore``
-        (with the terms' table: see ``Keys``)."""
+        """The index as its terms (in number order) and flat arrays, for ``restore``."""
         self._fold()
         offsets = np.zeros(len(self._terms) + 1, dtype=np.int64)
         offsets[: len(self._base_off)] = self._base_off
@@ -215,8 +211,7 @@ class MemoryIndex:
     def scores(
         self, query_terms: Sequence[str], exclude: npt.NDArray[np.bool_] | None = None
     ) -> FloatArray:
-        """BM25 score of every document for the query (repeated terms count again); with
-        ``exclude``, exactly BM25Okapi over the others (excluded score 0)."""
+        """BM25 of every document for the query; with ``exclude``, as over the others alone."""
         n_all = len(self._doc_len)
         out = np.zeros(n_all, dtype=np.float64)
         if n_all == 0 or not query_terms:

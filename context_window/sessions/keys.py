@@ -30,8 +30,7 @@ class Keys:
         strings: list[str] | None = None,
         table: tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]] | None = None,
     ) -> None:
-        """``strings`` as numbered so far, and their saved table (sorted hashes, and the
-        number of each); without a table, a dict of them is made now."""
+        """``strings`` as numbered so far and their saved table (else a dict is made)."""
         self.list: list[str] = strings if strings is not None else []
         self._added: dict[str, int] = {}
         self._table = table
@@ -77,8 +76,7 @@ class Keys:
         return default
 
     def numbers(self, keys: list[str]) -> list[int]:
-        """The number of each of ``keys`` (distinct), the new ones added: one binary
-        search for all those the table may hold."""
+        """The number of each of ``keys`` (distinct), new ones added: one search for all."""
         out = [self._added.get(k, -1) for k in keys]
         missing = [j for j, n in enumerate(out) if n < 0]
         if missing and self._table is not None and len(self._table[0]):
@@ -99,8 +97,7 @@ class Keys:
         return n
 
     def table(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-        """The sorted hashes of every string and each one's number, to be saved: the
-        saved table with the strings added since merged in."""
+        """The sorted hashes of every string and their numbers, to be saved."""
         if self._table is None:
             hashes = stable_hashes(self.list, len(self.list))
             numbers = np.arange(len(self.list), dtype=np.int64)

@@ -51,8 +51,7 @@ class Lanes(Protocol):
 
 @dataclass
 class Meaning:
-    """A recall's ``meaning`` (``Session.recall``): the query's unit vector, the session's
-    vectors, and whether they ranked the recall (``blend``: False means by words only)."""
+    """A recall's ``meaning``: the query's unit vector, the session's vectors, ``used``."""
 
     query: npt.NDArray[np.float32] | None
     vectors: Vectors
@@ -110,8 +109,7 @@ def _records(
 
 @dataclass
 class Embedder:
-    """Fills the vectors of the sessions it is told about a batch at a time, on each
-    session's lane (``lanes.run``), between the calls that change it."""
+    """Fills the vectors of the sessions it is told about, a batch at a time on their lanes."""
 
     client: LLMClient
     query_client: LLMClient
@@ -163,8 +161,7 @@ class Embedder:
         return self._vectors[key]
 
     def meaning(self, session: Session, query: npt.NDArray[np.float32] | None) -> Meaning:
-        """A recall's ``meaning`` for ``session`` (on its lane, in a worker thread), which
-        embeds the best word matches lacking a vector while the query's timeout lasts."""
+        """A recall's ``meaning`` for ``session``, its best word matches embedded first."""
         vectors = self.vectors(session)
 
         def fill(positions: Rows) -> bool:
@@ -178,8 +175,7 @@ class Embedder:
         return Meaning(query, vectors, RANKED_FIRST, fill)
 
     async def _in_time(self, texts: list[str]) -> npt.NDArray[np.float32] | None:
-        """Vectors of ``texts`` within the query's timeout, or None (the background fill
-        embeds them later)."""
+        """Vectors of ``texts`` within the query's timeout, or None (filled later)."""
         with anyio.move_on_after(self.timeout):
             try:
                 return await self.passages(texts)
@@ -188,8 +184,7 @@ class Embedder:
         return None
 
     async def query(self, text: str) -> npt.NDArray[np.float32] | None:
-        """The query's unit vector, or None (the endpoint failed or is cooling down: the
-        answer ranks by words, and the reason is logged)."""
+        """The query's unit vector, or None (the endpoint failed: words, reason logged)."""
         try:
             found = await self.query_client.embed([self.query_prefix + text])
         except ContextWindowError as exc:
@@ -250,8 +245,7 @@ class Embedder:
         return len(batch) == BATCH
 
     async def settled(self) -> None:
-        """Wait until no session waits for vectors (for tests and benchmarks; while the
-        endpoint keeps failing, this waits)."""
+        """Wait until no session waits for vectors (tests and benchmarks)."""
         while self._task is not None and not self._task.done():
             await asyncio.wait([self._task])
 

@@ -110,8 +110,7 @@ def updated_time(journal: Path, meta: dict[str, Any]) -> float:
 def without(
     records: list[dict[str, Any]], gone: set[str], known: Callable[[str], bool]
 ) -> tuple[list[dict[str, Any]], int, int]:
-    """A purge's records without ``gone`` entries (nor their patches, nor in ``replaces``),
-    and how many patches and unknown records were dropped."""
+    """A purge's records without ``gone`` entries; how many patches and unknowns dropped."""
     kept: list[dict[str, Any]] = []
     patches = unknown = 0
     for rec in records:

@@ -62,8 +62,7 @@ RANKED_FIRST = 512  # matches put in order before packing; all of them if it nee
 SNAPSHOT_AFTER = 4_000  # records past the last snapshot before another is saved (0.17 s)
 TAIL_SHARE = 175  # or sooner (see _apply): a replay costs 175x a load per entry
 SNAPSHOT_MIN = 1_000  # but not before this many records (a replay of about 40 ms)
-# A compaction folds at most this many tokens of originals (the oldest first): one call
-# stays bounded (an LLM summarizes them in about ten slices); the rest waits for the next.
+# A compaction folds at most this many tokens of originals, oldest first: bounded calls.
 FOLD_TOKENS = 30_000
 DAY = 86_400.0
 
@@ -115,8 +114,7 @@ class Session:
         return str(self.meta.get("title") or self.id)
 
     def refresh(self, *, save: bool = True) -> None:
-        """Read what any process appended since the last look; then save a snapshot if
-        one is due, unless ``save`` is False (the caller saves it later: ``save_due``)."""
+        """Read what was appended since the last look, then save a due snapshot if ``save``."""
         if self.journal.changed():
             with self.journal.locked():
                 self._catch_up()
@@ -127,8 +125,7 @@ class Session:
             self.save_due()
 
     def _catch_up(self) -> None:
-        """Apply what was appended since the last read (under the lock), starting from
-        the snapshot when this journal still matches it; replay a rewritten log."""
+        """Apply what was appended since the last read (locked), from a matching snapshot."""
         if self.journal.offset == 0 and not self._state.order:
             loaded = snapshot.load(self.dir, self.counter, self._analyzer)
             if loaded is not None and self.journal.resume(loaded.position):
@@ -145,8 +142,7 @@ class Session:
         self._apply(records)
 
     def _apply(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records``; a snapshot is due once replaying the unsaved ones would take
-        longer than loading one (42 µs a record, 0.24 µs an entry), or at ``snapshot_after``."""
+        """Apply ``records``; a snapshot is due once replaying would cost more than loading."""
         self._state.apply(records)
         self._unsaved += len(records)
         tail = max(SNAPSHOT_MIN, len(self._state.order) // TAIL_SHARE)
@@ -186,8 +182,7 @@ class Session:
     def entries(
         self, *, include_superseded: bool = False, include_hidden: bool = False
     ) -> list[Entry]:
-        """Entries in time order: live ones; ``include_superseded`` adds those folded into
-        a summary, ``include_hidden`` every one (deleted and expired too)."""
+        """Entries in time order: live ones, plus folded or even hidden ones if asked."""
         self.refresh()
         now = self.clock()
         m = self._state.masks(now)
@@ -199,8 +194,7 @@ class Session:
         return [self._entry(i, now) for i in ordered]
 
     def pinned_and_latest(self, latest: int) -> tuple[list[Entry], list[Entry]]:
-        """The live pinned entries and the ``latest`` live unpinned ones, each in time
-        order, at a cost of what is shown, not of the session's size."""
+        """The live pinned entries and the ``latest`` live unpinned ones, in time order."""
         self.refresh()
         now = self.clock()
         state = self._state
@@ -222,8 +216,7 @@ class Session:
         return self._time_ordered_at(np.flatnonzero(mask))
 
     def _latest(self, last: int, now: float) -> npt.NDArray[np.intp]:
-        """The ``last`` latest live unpinned positions, in time order, found from the end
-        a block at a time: appends come in time order, so one small block usually does."""
+        """The ``last`` latest live unpinned positions in time order, found from the end."""
         state = self._state
         n = len(state.order)
         seqs = np.frombuffer(state.seqs, dtype=np.float64)
@@ -306,8 +299,7 @@ class Session:
         return self._entry(eid)
 
     def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
-        """The oldest live unpinned entries beyond the ``keep_recent`` newest, as many as
-        hold ``max_tokens`` (two at least): one bounded batch, chosen on the arrays."""
+        """The oldest live unpinned entries beyond the ``keep_recent`` newest, in one batch."""
         if not 0 <= keep_recent <= 10_000:
             raise InvalidInput(f"keep_recent must be between 0 and 10000, not {keep_recent}")
         self.refresh()
@@ -329,8 +321,7 @@ class Session:
     def commit_summary(
         self, plan: CompactionPlan, text: str, method: str, kept_facts: Sequence[str] = ()
     ) -> Entry:
-        """Append the summary that replaces ``plan``'s entries, if they are all still live;
-        ``kept_facts`` (already appended to ``text``) are listed in the record."""
+        """Append the summary replacing ``plan``'s entries, if they are all still live."""
         record: dict[str, Any] = {
             "kind": "entry",
             "id": new_id("s"),
@@ -439,8 +430,7 @@ class Session:
         if terms:
             scores = self._state.index.scores(terms, exclude=~mask)
             scores = smooth_neighbours(np.maximum(scores, 0.0), mask, seqs)
-            # Only entries that match a term themselves: credit from a neighbour ranks a
-            # match, it never brings in an entry that shares no word with the query.
+            # Only entries matching a term: a neighbour's credit never brings one in.
             matching = self._state.index.matching(terms)
         blended = meaning(self._state.order, scores, mask, matching, seqs) if meaning else None
         if blended is not None:
@@ -525,8 +515,7 @@ class Session:
         )
 
     def purge(self, *, dry_run: bool = False) -> Purged:
-        """Rewrite the log without deleted or expired entries (and their patches),
-        atomically; the result names removed entries that a live summary folded."""
+        """Rewrite the log without deleted or expired entries, atomically."""
         with self.journal.locked():
             self._catch_up()
             now = self.clock()

@@ -60,8 +60,7 @@ class Loaded:
 
 
 def save(directory: Path, state: SessionState, position: JournalPosition, ratio: float) -> bool:
-    """Write ``state`` (as of ``position``) atomically; False when another process is
-    saving one (OSError if it cannot be written: the caller logs it)."""
+    """Write ``state`` atomically; False when another process is saving one."""
     terms, index = state.index.export()
     meta = {
         "format": FORMAT,
@@ -118,8 +117,7 @@ def _split(joined: npt.NDArray[Any]) -> list[str]:
 
 
 def _entry_columns(state: SessionState) -> Columns:
-    """The entries' fields as columns: a snapshot's columns for its positions, plus the
-    entries added since from their records."""
+    """The entries' fields as columns: the snapshot's, plus the entries added since."""
     base = state.records.columns
     if base is None:
         base = Columns(
@@ -159,8 +157,7 @@ def _entry_columns(state: SessionState) -> Columns:
 
 
 def _write(directory: Path, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
-    """Write the arrays to a new directory, then point ``snapshot.json`` at it; under the
-    snapshot lock, so what is not named by it was left by killed or earlier writers."""
+    """Write the arrays to a new directory and point ``snapshot.json`` at it (locked)."""
     current = read_json(directory / SNAPSHOT) or {}
     _sweep(directory, keep={str(current.get("arrays"))})  # the old stays usable
     name = f"{ARRAYS}-{secrets.token_hex(4)}"
@@ -187,8 +184,7 @@ def _sweep(directory: Path, keep: set[str]) -> None:
 
 
 def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded | None:
-    """The state saved in ``directory``, or None when there is none or it does not hold
-    together (the caller then replays the journal)."""
+    """The state saved in ``directory``, or None (the caller replays the journal)."""
     try:
         meta = read_json(directory / SNAPSHOT)
         if meta is None:
@@ -208,8 +204,7 @@ def load(directory: Path, counter: TokenCounter, analyzer: Analyzer) -> Loaded |
 
 
 def _mapped(folder: Path) -> dict[str, Any]:
-    """Every array of a snapshot directory, memory-mapped and read at random: the
-    kernel then reads the pages asked for, not the read-ahead around each."""
+    """Every array of a snapshot directory, memory-mapped and read at random."""
     out: dict[str, Any] = {}
     for path in folder.glob("*.npy"):
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -221,8 +216,7 @@ def _mapped(folder: Path) -> dict[str, Any]:
 
 
 def _release(arrays: dict[str, Any]) -> None:
-    """Let go of the pages read so far (the checks read whole arrays): they are read
-    again, a page at a time, when asked for."""
+    """Let go of the pages the checks read; they are read again when asked for."""
     for arr in arrays.values():
         base = getattr(arr, "_mmap", None)
         if base is not None and hasattr(mmap, "MADV_DONTNEED"):
@@ -239,8 +233,7 @@ def remove(directory: Path) -> None:
 
 
 class ByPosition(Mapping[int, tuple[str, ...]]):
-    """A snapshot's tags by position: the positions in order and a line of JSON each,
-    parsed when asked for."""
+    """A snapshot's tags by position: a line of JSON each, parsed when asked for."""
 
     def __init__(self, at: npt.NDArray[np.int64], lines: list[str], n: int) -> None:
         """ValueError unless ``at`` ascends within the ``n`` positions, a line each."""
@@ -252,8 +245,7 @@ class ByPosition(Mapping[int, tuple[str, ...]]):
 
     @classmethod
     def merged(cls, base: Mapping[int, Any], more: Mapping[int, Any], n: int) -> ByPosition:
-        """``base`` followed by ``more`` (at later positions), the lines of a
-        ``ByPosition`` base kept as they are."""
+        """``base`` then ``more`` (at later positions), a ``ByPosition``'s lines kept."""
         if isinstance(base, ByPosition):
             at, lines = base.at.tolist(), list(base.lines)
         else:
@@ -313,8 +305,7 @@ def _state(
         np.asarray(arrays["created"], dtype=np.float64),
         codes,
         roles,
-        # Read from the file a text at a time, not through the map: a page cache of
-        # large folios (Linux 6 on ext4, xfs) maps megabytes around each text read.
+        # Read by pread, not through the map: large folios map megabytes around each text.
         texts,
         ends,
         ByPosition(np.asarray(arrays["tag_at"], np.int64), _split(arrays["tags"]), n),

@@ -50,8 +50,7 @@ BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries ar
 
 
 class Record:
-    """One entry's replayed fields, read and set as a dict's (``rec["text"]``,
-    ``Entry(**rec)``) but in a twelfth of a dict's memory: a session holds a million."""
+    """One entry's replayed fields, read as a dict's in a twelfth of its memory."""
 
     __slots__ = RECORD_FIELDS
 
@@ -87,8 +86,7 @@ class Record:
 
 
 def encode_text(text: str) -> bytes:
-    """Text as UTF-8 for a snapshot. A hand-edited journal can hold a lone surrogate
-    (JSON allows "\\ud800"): it is kept as it is."""
+    """Text as UTF-8 for a snapshot, a lone surrogate kept as it is."""
     return text.encode("utf-8", "surrogatepass")
 
 
@@ -98,8 +96,7 @@ def decode_text(data: bytes) -> str:
 
 
 class Blob:
-    """Bytes read by range from memory, or by ``os.pread`` from a descriptor this owns (so
-    a file renamed over or removed stays readable)."""
+    """Bytes by range from memory, or by pread from a descriptor this owns."""
 
     def __init__(self, data: bytes = b"", fd: int = -1, offset: int = 0) -> None:
         self._data = data
@@ -123,8 +120,7 @@ class Blob:
 
 @dataclass(frozen=True)
 class Columns:
-    """The entries a snapshot holds, as its arrays (memory-mapped from the file): an
-    entry's record is built when it is asked for, its text read from the file then."""
+    """A snapshot's entries as its arrays; a record is built when asked for."""
 
     seq: npt.NDArray[np.int64]
     created: npt.NDArray[np.float64]
@@ -145,12 +141,10 @@ class Columns:
 
 
 class Records:
-    """Entry id -> its Record, read like a dict: a snapshot's entries are built from its
-    columns when asked for, so a million-entry session holds no object per entry."""
+    """Entry id -> its Record, read like a dict; a snapshot's built when asked for."""
 
     def __init__(self, state: SessionState, columns: Columns | None = None) -> None:
-        # A proxy, not a reference: the state holds this, and a cycle would keep a
-        # dropped session's state alive until the next full garbage collection.
+        # A proxy: a cycle would keep a dropped session's state until a full collection.
         self._state: SessionState = weakref.proxy(state)
         self.columns = columns
         self._base = len(columns) if columns is not None else 0
@@ -249,8 +243,7 @@ class SessionState:
         self.order = self.pos.list  # entry ids by position
         # Per position, mirrored from the records so recall works on arrays, not dicts.
         self.seqs = array("d")
-        # seq_high[i]: the latest time position among positions 0..i, so the latest
-        # entries are found from the end without looking at every position.
+        # seq_high[i]: the latest time position among 0..i, to find the latest from the end.
         self.seq_high = array("d")
         self.pinned_at: set[int] = set()  # positions whose entry is pinned
         self.costs = array("q")
@@ -258,8 +251,7 @@ class SessionState:
         self.flags = {key: bytearray() for key in ("pinned", "deleted", "superseded")}
         self.replacers: dict[str, list[str]] = {}  # entry id -> summaries that replace it
         self.explicit: dict[str, bool] = {}  # superseded as set by patch records
-        # The counts of ``tally`` summed over every position without an expiry, kept as
-        # flags change, so the session's counts cost O(entries with an expiry), not O(n).
+        # ``tally``'s counts over positions without expiry, kept as flags change.
         self.totals = [0] * len(_TALLY)
         self.timed: set[int] = set()  # positions with a finite expiry time
         self.counted = 0  # positions below it are in ``totals`` (unless timed)
@@ -284,8 +276,7 @@ class SessionState:
         explicit: dict[str, bool],
         counts: tuple[int, int, int],
     ) -> SessionState:
-        """A state as saved in a snapshot: its entries' columns, per-position arrays and
-        index; ``counts`` are (max_seq, orphans, skipped)."""
+        """A state from a snapshot: columns, arrays, index; counts (max_seq, orphans, skipped)."""
         state = cls(counter, analyzer)
         n = len(ids)
         state.index = index
@@ -463,8 +454,7 @@ class SessionState:
                 self.resolve_superseded(old)
 
     def resolve_superseded(self, eid: str) -> None:
-        """An explicit patch's value, else whether a live summary replaces it; a pinned
-        entry never is (pins are never folded)."""
+        """An explicit patch's value, else whether a live summary replaces it (never a pin)."""
         if eid not in self.records:
             return
         value = self.explicit.get(eid)
@@ -495,8 +485,7 @@ class SessionState:
         return rec.expires_at is not None and rec.expires_at <= now and not rec.pinned
 
     def masks(self, now: float, at: slice | npt.NDArray[np.intp] = _EVERY) -> Masks:
-        """The flags of the positions ``at`` (all of them, a slice of them, or an array)
-        as arrays, with expiry at ``now`` (as :meth:`expired`)."""
+        """The flags of the positions ``at`` as arrays, with expiry at ``now``."""
         flag = {k: np.frombuffer(v, dtype=np.bool_)[at].copy() for k, v in self.flags.items()}
         due = np.frombuffer(self.expires, dtype=np.float64)[at] <= now
         return Masks(flag["pinned"], flag["deleted"], flag["superseded"], due & ~flag["pinned"])
@@ -508,8 +497,7 @@ class SessionState:
         now: float,
         among: npt.NDArray[np.intp] | None = None,
     ) -> list[tuple[int, str, str]]:
-        """Up to ``limit`` live entries without a vector in ``rows(order)``, newest first
-        (or those of the positions ``among``, in their order): (position, id, text)."""
+        """Up to ``limit`` live entries lacking a vector, newest first: (position, id, text)."""
         flags = self.masks(now)
         need = (rows(self.order) < 0) & ~flags.deleted & ~flags.expired
         picked = np.flatnonzero(need)[::-1] if among is None else among[need[among]]
@@ -521,8 +509,7 @@ class SessionState:
         return [s for s in self.replacers.get(eid, ()) if not self.records[s]["deleted"]]
 
     def resolve(self, ref: str) -> str:
-        """The id of the entry ``ref`` names, by its id or its short name (``e42``);
-        ``ref`` itself when it names none. InvalidInput when a short name names several."""
+        """The id ``ref`` names (an id or ``e42``), else ``ref``; InvalidInput if several."""
         m = REF.fullmatch(ref)
         if ref in self.pos or m is None:
             return ref
@@ -532,8 +519,7 @@ class SessionState:
         return found[0] if found else ref
 
     def entry(self, key: str | int, now: float) -> Entry:
-        """The entry with id ``key`` (or at position ``key``) as of ``now`` (expiry
-        depends on the time)."""
+        """The entry with id ``key`` (or at position ``key``) as of ``now``."""
         r = self.records.at(key) if isinstance(key, int) else self.records[key]
         expired = self.expired(r, now)
         replaced_by = tuple(self.live_replacers(r.id)) if r.id in self.replacers else ()

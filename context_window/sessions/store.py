@@ -39,11 +39,9 @@ from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
 
-# Sessions kept replayed in memory at once (each holds its entries and index): enough
-# for a model's working set; ten thousand sessions touched once do not all stay.
+# Sessions kept replayed in memory at once: a model's working set.
 MAX_OPEN_SESSIONS = 64
-# A snapshot's save time per entry, to tell whether one fits the time left at a stop
-# (measured: 190 ms for 50k entries on a slow 2-core machine, 3.8 us each).
+# A snapshot's save time per entry (190 ms for 50k entries on a slow 2-core machine).
 SAVE_SECONDS_PER_ENTRY = 5e-6
 
 
@@ -64,8 +62,7 @@ class SessionStore:
         self.clock = clock
         self.limits = limits
         self.analyzer = Analyzer(limits)  # one for every session: its word memo is shared
-        # The sessions kept replayed in memory, least recently used first. A session
-        # evicted from it is replayed from disk when next used; nothing is lost.
+        # Replayed sessions, least recently used first; an evicted one is replayed again.
         self._open: OrderedDict[str, Session] = OrderedDict()
         self._open_guard = threading.Lock()
         self.max_open = max_open
@@ -90,8 +87,7 @@ class SessionStore:
                 self._open.popitem(last=False)
 
     def save_snapshots(self, until: float) -> list[str]:
-        """At a clean stop, save snapshots of open sessions with unsaved records, most
-        first, each only if expected to end before ``until`` (monotonic); the ids saved."""
+        """At a clean stop, save the snapshots that end before ``until``; the ids saved."""
         with self._open_guard:
             pending = sorted(self._open.values(), key=lambda s: -s.unsaved)
         saved = []
@@ -201,8 +197,7 @@ class SessionStore:
         return (self.root / check_id(session_id, "session_id")).is_dir()
 
     def read(self, session_id: str) -> Session:
-        """A session replayed for reading only: nothing written, not kept open; NotFound
-        (naming the data dir) if there is none."""
+        """A session replayed for reading only, nothing written; NotFound if there is none."""
         check_id(session_id, "session_id")
         directory = self.root / session_id
         if not directory.is_dir():
@@ -217,8 +212,7 @@ class SessionStore:
         return session
 
     def install(self, meta: dict[str, Any], journal: bytes, *, replace: bool) -> bool:
-        """Write a whole session (an import's ``meta`` and journal) beside the others and
-        rename it into place; True if it replaced one (``recover`` after a crash)."""
+        """Write an imported session beside the others and rename it into place."""
         sid = check_id(str(meta["id"]), "session id")
         final = self.root / sid
         if final.exists() and not replace:
@@ -249,8 +243,7 @@ class SessionStore:
         return list(self.page(None, 0, None).sessions)
 
     def page(self, text: str | None, offset: int, limit: int | None) -> SessionPage:
-        """Sessions whose id or title holds ``text`` (any case), newest first, from
-        ``offset``: a stat each, a meta.json read again only when it changed."""
+        """Sessions whose id or title holds ``text`` (any case), newest first."""
         infos = [i for i in map(self._info, self.ids()) if i is not None]
         needle = (text or "").strip().casefold()
         kept = [i for i in infos if needle in i.id.casefold() or needle in i.title.casefold()]
@@ -261,8 +254,7 @@ class SessionStore:
         )
 
     def _info(self, sid: str) -> SessionInfo | None:
-        """A session's listing from its meta.json (cached by the file's ``file_stamp``);
-        None, noted in ``unreadable``, for one this process may not read."""
+        """A session's listing from its meta.json (cached); None if it cannot be read."""
         meta_path = self.root / sid / "meta.json"
         stamp = file_stamp(meta_path)
         cached = self._metas.get(sid)
