@@ -222,7 +222,7 @@ def _audit_journal(report: Report, path: Path) -> int:
             continue
         where = f"{path.relative_to(report.data_dir)} line {number}"
         torn = number == len(lines)  # the last piece had no newline after it
-        rec = None if torn else _parse(line)  # a torn line never counts, even if it parses
+        rec = None if torn else parse_line(line)  # a torn line never counts, even if it parses
         if rec is None:
             what = "torn last line (a crashed write)" if torn else "unreadable line"
             report.add(where, f"{what}, {len(line)} bytes skipped")
@@ -264,10 +264,6 @@ def _refold(
             )
         else:
             folded[old] = summary
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    return parse_line(line)
 
 
 def _check_entry(

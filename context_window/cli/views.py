@@ -20,11 +20,6 @@ INDENT = "    "
 SNIPPET_LINES = 3
 
 
-def when(stamp: float) -> str:
-    """A local time to the minute, or '-' when unknown."""
-    return local_time(stamp)
-
-
 def _fit(text: str, width: int) -> str:
     """``text`` on one line, cut with '…' to ``width`` characters."""
     text = " ".join(text.split())
@@ -54,7 +49,7 @@ def sessions_view(rows: list[SessionRow]) -> str:
             r.info.id,
             f"{r.stats.live}/{r.stats.total}",
             f"{r.stats.live_tokens:,}",
-            when(r.info.updated_at),
+            local_time(r.info.updated_at),
             r.info.title,
         ]
         for r in rows
@@ -114,7 +109,7 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
         f"{stats.live} live of {stats.total} entries ({stats.superseded} superseded, "
         f"{stats.expired} expired, {stats.deleted} deleted, {stats.pinned} pinned), "
         f"{stats.live_tokens:,} live tokens; "
-        f"updated {when(session.updated_at())}"
+        f"updated {local_time(session.updated_at())}"
     )
     lines = [_fit(f"{session.id}: {session.title}", WIDTH), *textwrap.wrap(counts, WIDTH)]
     if stats.skipped_lines:
@@ -140,7 +135,7 @@ def documents_view(docs: list[DocInfo]) -> str:
         out.append(
             f"{d.id}  {plural(d.chunks, 'chunk')}  {plural(d.tokens, 'token')}  "
             f"{plural(d.chars, 'char')}  "
-            f"ingested {when(d.created_at)}"
+            f"ingested {local_time(d.created_at)}"
         )
         out.append(INDENT + _fit(d.title, WIDTH - len(INDENT)))
         out.append(INDENT + _fit(f"source: {d.source}", WIDTH - len(INDENT)))

@@ -463,15 +463,8 @@ def score_all(
     indexes: Sequence[DocIndex], query_terms: Sequence[str]
 ) -> list[tuple[F64, npt.NDArray[np.bool_]]]:
     """BM25 (scores, matched) per index, over all; matched even where BM25 scores <= 0."""
-    scores, matched, bases = score_joined(indexes, query_terms)
+    scores, matched, bases = Corpus(indexes).score(query_terms)
     return [(scores[a:b], matched[a:b]) for a, b in itertools.pairwise(bases)]
-
-
-def score_joined(
-    indexes: Sequence[DocIndex], query_terms: Sequence[str]
-) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-    """``score_all`` joined: (scores, matched, bases); index k is ``bases[k]:bases[k + 1]``."""
-    return Corpus(indexes).score(query_terms)
 
 
 JOINED_POSTINGS = 65_536  # a term's joined postings up to this long are remembered
@@ -515,7 +508,7 @@ class Corpus:
     def score(
         self, query_terms: Sequence[str]
     ) -> tuple[F64, npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-        """(scores, matched, bases) as ``score_joined`` returns them."""
+        """(scores, matched, bases): index k's chunks are ``bases[k]:bases[k + 1]``."""
         n = int(self.bases[-1])
         scores = np.zeros(n, dtype=np.float64)
         matched = np.zeros(n, dtype=bool)

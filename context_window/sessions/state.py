@@ -12,7 +12,7 @@ import os
 import weakref
 from array import array
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -31,48 +31,26 @@ from context_window.tokens import TokenCounter
 
 # The counts kept per session (see ``SessionState.tally``).
 _TALLY = ("live", "superseded", "deleted", "pinned", "expired", "live_tokens")
-RECORD_FIELDS = (
-    "id",
-    "seq",
-    "created_at",
-    "role",
-    "text",
-    "tokens",
-    "tags",
-    "pinned",
-    "deleted",
-    "superseded",
-    "replaces",
-    "expires_at",
-)
 BATCH_INDEX = 64  # from this many new entries on, index them with vectorized term counts
 BATCH_CHARS = 2_000_000  # text counted per vectorized batch (its temporaries are ~10x)
 
 
+@dataclass(slots=True, eq=False)
 class Record:
     """One entry's replayed fields, read as a dict's in a twelfth of its memory."""
 
-    __slots__ = RECORD_FIELDS
-
-    def __init__(
-        self,
-        id: str,
-        seq: int,
-        created_at: float,
-        role: str,
-        text: str,
-        tokens: int,
-        tags: tuple[str, ...],
-        pinned: bool,
-        deleted: bool,
-        superseded: bool,
-        replaces: tuple[str, ...],
-        expires_at: float | None,
-    ) -> None:
-        self.id, self.seq, self.created_at, self.role = id, seq, created_at, role
-        self.text, self.tokens, self.tags, self.pinned = text, tokens, tags, pinned
-        self.deleted, self.superseded, self.replaces = deleted, superseded, replaces
-        self.expires_at = expires_at
+    id: str
+    seq: int
+    created_at: float
+    role: str
+    text: str
+    tokens: int
+    tags: tuple[str, ...]
+    pinned: bool
+    deleted: bool
+    superseded: bool
+    replaces: tuple[str, ...]
+    expires_at: float | None
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
@@ -83,6 +61,9 @@ class Record:
     def keys(self) -> tuple[str, ...]:
         """The field names (so ``**record`` passes them all)."""
         return RECORD_FIELDS
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(Record))
 
 
 def encode_text(text: str) -> bytes:
