@@ -58,11 +58,6 @@ class Answer:
 TIP_ROOM = " ".join(["tip"] * 15)
 
 
-def tip_fits(tip: str) -> bool:
-    """Whether an edge's tip is within the room reserved for it."""
-    return len(tip) <= len(TIP_ROOM) and len(tip.split()) <= len(TIP_ROOM.split())
-
-
 def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
     """A search answer's first line: what is shown, the tokens, what did not fit."""
     if terse:  # a budget too small for the full header
