@@ -110,7 +110,7 @@ def export_session(
     if fmt == "jsonl":
         out.writelines(session_jsonl(session.meta, written))
     else:
-        states = {e.id: e for e in catalog.entries(session, everything=True)}
+        states = {e.id: e for e in session.entries(include_hidden=True)}
         out.writelines(session_markdown(session.meta, written, states))
     return Exported("session", session.id, len(kept), unreadable + len(records) - len(kept))
 

@@ -108,14 +108,6 @@ class Catalog:
             self.unreadable[session_id] = str(exc)
             return None
 
-    def entries(self, session: Session, *, everything: bool = False) -> list[Entry]:
-        """Live entries in time order; with ``everything`` superseded, expired, deleted too."""
-        return session.entries(include_hidden=everything)
-
-    def documents(self) -> list[DocInfo]:
-        """Every complete document, newest first."""
-        return self.documents_store.all()
-
     def document(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids and a remedy otherwise)."""
         check_id(doc_id, "document id")
@@ -157,7 +149,7 @@ class Catalog:
         if doc_id is not None:
             self.document(doc_id)  # the error for an unknown id names `context-window docs`
             lines = self._answer(query, doc_id, limit)
-        elif session_id is None and self.documents():
+        elif session_id is None and self.documents_store.all():
             lines = self._answer_every(query, limit)
         return Found(tuple(entries[:limit]), lines)
 

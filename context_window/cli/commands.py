@@ -98,7 +98,7 @@ def _show(settings: Settings, ns: argparse.Namespace) -> int:
 
     catalog = _catalog(settings)
     session = catalog.session(ns.session)
-    entries = catalog.entries(session, everything=ns.all)
+    entries = session.entries(include_hidden=ns.all)
     if ns.json:
         _json(views.session_json(session, entries))
     else:
@@ -110,7 +110,7 @@ def _docs(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli import views
 
     catalog = _catalog(settings)
-    docs = catalog.documents()
+    docs = catalog.documents_store.all()
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
     for doc_id, why in catalog.documents_store.unreadable().items():
         sys.stderr.write(

@@ -199,9 +199,7 @@ class OutlineText:
 class SearchText(OutlineText):
     """doc_search's layout (see ``service.SearchLayout``)."""
 
-    def reserve(self, budget: int, count: Count) -> Reserve:
-        """The header's widest size."""
-        return answers.search_reserve(budget, count)
+    reserve = staticmethod(answers.search_reserve)
 
     def no_match(self, doc_id: str | None) -> str:
         """Nothing matched."""
@@ -212,13 +210,8 @@ class SearchText(OutlineText):
 class WindowText:
     """doc_window's layout (see ``service.WindowLayout``)."""
 
-    def label(self, chunk: Chunk) -> str:
-        """The line above a chunk."""
-        return window_label(chunk)
-
-    def reserve(self, doc: DocInfo, session_id: str | None, budget: int, count: Count) -> Reserve:
-        """The header's widest size."""
-        return window_reserve(doc, session_id, budget, count)
+    label = staticmethod(window_label)
+    reserve = staticmethod(window_reserve)
 
 
 OUTLINE, SEARCH, WINDOW = OutlineText(), SearchText(), WindowText()

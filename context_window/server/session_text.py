@@ -131,13 +131,8 @@ def recall_reserve(total: int, budget: int, count: Count, searchable: bool = Fal
 class RecallText:
     """context_recall's layout (see ``service.RecallLayout``)."""
 
-    def label(self, entry: Entry, dated: bool) -> str:
-        """The line above a recalled entry."""
-        return recall_label(entry, dated)
-
-    def reserve(self, total: int, budget: int, count: Count, searchable: bool) -> Reserve:
-        """The header's widest size."""
-        return recall_reserve(total, budget, count, searchable)
+    label = staticmethod(recall_label)
+    reserve = staticmethod(recall_reserve)
 
 
 RECALL = RecallText()

@@ -67,7 +67,7 @@ def catalog(settings: Settings) -> Catalog:
 
 def all_entries(settings: Settings, session_id: str) -> list[Entry]:
     c = catalog(settings)
-    return c.entries(c.session(session_id), everything=True)
+    return c.session(session_id).entries(include_hidden=True)
 
 
 def cli(settings: Settings, *args: str) -> int:
