@@ -328,7 +328,7 @@ def _audit_document(report: Report, directory: Path) -> None:
     if meta and not (isinstance(cursor, int) and 0 <= cursor <= found):
         report.add(directory / "meta.json", f"cursor {cursor!r:.40} outside 0..{found}")
     before = len(report.problems)
-    _audit_index(report, directory, found)
+    _audit_index(report, directory, found, stats)
     if len(report.problems) == before:
         _audit_reader(report, directory)
 
@@ -409,15 +409,15 @@ def _audit_table(report: Report, directory: Path, chars: int | None) -> int | No
     return len(table)
 
 
-def _audit_index(report: Report, directory: Path, n: int) -> None:
-    """Check the index arrays exist, load, and have the right lengths for ``n`` chunks."""
+def _audit_index(report: Report, directory: Path, n: int, stats: dict[str, Any] | None) -> None:
+    """Check ``stats`` (stats.json as read) and the index arrays for ``n`` chunks."""
     index = directory / "index"
-    stats = index / "stats.json"
-    data = read_json(stats)
-    if data is None:
-        report.add(stats, "missing or unreadable")
-    elif data.get("chunks") != n:
-        report.add(stats, f"says {data.get('chunks')!r} chunks, the chunk table has {n}")
+    if stats is None:
+        report.add(index / "stats.json", "missing or unreadable")
+    elif stats.get("chunks") != n:
+        report.add(
+            index / "stats.json", f"says {stats.get('chunks')!r} chunks, the chunk table has {n}"
+        )
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
     for name, extra in INDEX_ARRAYS.items():
