@@ -479,10 +479,10 @@ class SessionState:
         among: npt.NDArray[np.intp] | None = None,
     ) -> list[tuple[int, str, str]]:
         """Up to ``limit`` live entries lacking a vector, newest first: (position, id, text)."""
-        at = np.arange(len(self.order))[::-1] if among is None else among
-        flags = self.masks(now, at)  # only the positions asked about
+        at = _EVERY if among is None else among  # flags of the positions asked about only
+        flags = self.masks(now, at)
         need = (rows(self.order)[at] < 0) & ~flags.deleted & ~flags.expired
-        picked = at[need][:limit].tolist()
+        picked = (np.flatnonzero(need)[::-1] if among is None else among[need])[:limit].tolist()
         return [(p, self.order[p], self.records[self.order[p]]["text"]) for p in picked]
 
     def live_replacers(self, eid: str) -> list[str]:
