@@ -10,7 +10,7 @@ fact extraction runs.
 from __future__ import annotations
 
 import tempfile
-import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,13 +38,8 @@ def _note(unit: str, chars: int) -> str:
 
 
 def _seconds(fn: Callable[[str], object], text: str, runs: int = 3) -> float:
-    """The fastest of ``runs`` calls: noise (a GC pause, another process) only adds time."""
-    best = float("inf")
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn(text)
-        best = min(best, time.perf_counter() - started)
-    return best
+    """The fastest of ``runs`` calls, the collector on: noise only ever adds time."""
+    return min(timeit.repeat(lambda: fn(text), setup="gc.enable()", repeat=runs, number=1))
 
 
 def _compact_ms(text: str) -> float:

@@ -414,10 +414,8 @@ def _audit_index(report: Report, directory: Path, n: int, stats: dict[str, Any] 
     index = directory / "index"
     if stats is None:
         report.add(index / "stats.json", "missing or unreadable")
-    elif stats.get("chunks") != n:
-        report.add(
-            index / "stats.json", f"says {stats.get('chunks')!r} chunks, the chunk table has {n}"
-        )
+    elif (chunks := stats.get("chunks")) != n:
+        report.add(index / "stats.json", f"says {chunks!r} chunks, the chunk table has {n}")
     if read_json(index / "headings.json") is None:
         report.add(index / "headings.json", "missing or unreadable")
     for name, extra in INDEX_ARRAYS.items():
