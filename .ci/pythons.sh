@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The oldest and the newest supported Python: a fresh venv each, the package with its
 # dev extras, and the tests. Run once, under `make check`, and not here: tests/reliability
-# (it exercises the OS rather than the language), the image build (the image has its own
-# Python) and the quick benchmark (CI runs it on its own).
+# (it exercises the OS rather than the language), the image builds, buildah's and the
+# engine's (the image has its own Python), and the quick benchmark (CI runs it on its own).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 find_python() {  # a python$1 that runs (a pyenv shim may exist for a version not enabled)
@@ -27,5 +27,5 @@ for version in 3.10 3.13; do
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
   (cd "$root" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/reliability \
-     --ignore=tests/integration/test_benchmarks_quick.py -k "not builds_offline")
+     --ignore=tests/integration/test_benchmarks_quick.py -k "not builds_offline and not engine_builds")
 done

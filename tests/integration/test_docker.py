@@ -181,12 +181,55 @@ def _engine() -> str | None:
     return None if base.returncode == 0 else "the engine has no local python:3.11-slim"
 
 
+def docker_example(tag: str, volume: str) -> list[str]:
+    """examples/docker-mcp.json's command, verbatim but for the image tag and volume."""
+    config = json.loads((ROOT / "examples" / "docker-mcp.json").read_text(encoding="utf-8"))
+    server = config["mcpServers"]["context-window"]
+    args = [a.replace("context-window:/data", f"{volume}:/data") for a in server["args"]]
+    return [server["command"], *[tag if a == "context-window" else a for a in args]]
+
+
+async def remember_and_recall(command: list[str]) -> str:
+    """A note saved through one container is recalled through the next (one volume)."""
+    params = mcp.StdioServerParameters(command=command[0], args=command[1:])
+    with anyio.fail_after(120):
+        async with mcp.Client(params) as client:
+            assert len((await client.list_tools()).tools) == 16
+            assert not (await client.call_tool("context_open", {"session_id": "docker"})).is_error
+            note = {"session_id": "docker", "text": "The build cache lives in /var/tmp."}
+            assert not (await client.call_tool("context_append", note)).is_error
+        async with mcp.Client(params) as client:
+            query = {"session_id": "docker", "query": "where is the build cache"}
+            recalled = await client.call_tool("context_recall", query)
+    assert not recalled.is_error
+    return " ".join(getattr(part, "text", "") for part in recalled.content)
+
+
+def stop_stdio_container(tag: str, wait: float) -> tuple[float, str]:
+    """Seconds ``docker stop`` took on a stdio container ``wait`` s after its start, and
+    the container's exit status."""
+    run = ["docker", "run", "-d", "-i", "--network", "none", tag, "--no-llm"]
+    container = subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        time.sleep(wait)
+        started = time.monotonic()
+        subprocess.run(["docker", "stop", container], capture_output=True, check=True, timeout=30)
+        seconds = time.monotonic() - started
+        inspect = ["docker", "inspect", "--format", "{{.State.ExitCode}}", container]
+        status = subprocess.run(inspect, capture_output=True, text=True).stdout.strip()
+        return seconds, status
+    finally:  # -v: the image's VOLUME gave it an anonymous volume
+        subprocess.run(["docker", "rm", "--force", "-v", container], capture_output=True)
+
+
 @pytest.mark.skipif(_engine() is not None, reason=str(_engine()))
 @pytest.mark.parametrize("buildkit", ["0", "1"], ids=["classic", "buildkit"])
 def test_the_engine_builds_it_and_stops_it_at_once(buildkit: str) -> None:
     """The classic builder and BuildKit build the Dockerfile with the base image local
     (host network: the package index is all the build reaches); ``docker stop`` ends a
-    stdio container at once with status 0, and an HTTP container turns healthy."""
+    stdio container at once with status 0, while it starts and once it serves, and an
+    HTTP container turns healthy. examples/docker-mcp.json's command serves MCP, and a
+    named volume keeps a session across containers (the non-root user writes /data)."""
     tag = f"context-window:test-{buildkit}"
     env = {**os.environ, "DOCKER_BUILDKIT": buildkit}
     built = subprocess.run(
@@ -207,23 +250,16 @@ def test_the_engine_builds_it_and_stops_it_at_once(buildkit: str) -> None:
             check=True,
         )
         assert user.stdout.strip() == "10001"
-        stdio = subprocess.run(
-            ["docker", "run", "-d", "-i", "--network", "none", tag, "--no-llm"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        time.sleep(2)
-        started = time.monotonic()
-        subprocess.run(["docker", "stop", stdio], capture_output=True, check=True, timeout=30)
-        assert time.monotonic() - started < 3  # not the 10 s docker waits before it kills
-        status = subprocess.run(
-            ["docker", "inspect", "--format", "{{.State.ExitCode}}", stdio],
-            capture_output=True,
-            text=True,
-        )
-        assert status.stdout.strip() == "0"
-        subprocess.run(["docker", "rm", stdio], capture_output=True)
+        volume = f"context-window-test-{buildkit}"
+        try:
+            recalled = anyio.run(remember_and_recall, docker_example(tag, volume))
+        finally:
+            subprocess.run(["docker", "volume", "rm", "--force", volume], capture_output=True)
+        assert "/var/tmp" in recalled
+        for wait in (0, 2):  # while it starts (importing), and once it serves
+            seconds, status = stop_stdio_container(tag, wait)
+            assert seconds < 3, wait  # not the 10 s docker waits before it kills
+            assert status == "0", wait
         port = str(free_port())
         run = ["docker", "run", "-d", "--network", "host", "--health-interval", "1s", tag]
         http = subprocess.run(
@@ -244,7 +280,7 @@ def test_the_engine_builds_it_and_stops_it_at_once(buildkit: str) -> None:
                 ).stdout.strip()
             assert health == "healthy"
         finally:
-            subprocess.run(["docker", "rm", "--force", http], capture_output=True)
+            subprocess.run(["docker", "rm", "--force", "-v", http], capture_output=True)
     finally:
         subprocess.run(["docker", "rmi", "--force", tag], capture_output=True)
 
