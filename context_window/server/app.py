@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -137,41 +137,50 @@ def serve(settings: Settings) -> None:
         serve_http(app, engine)  # uvicorn stops on SIGTERM and SIGINT itself
     else:
         stop_on_signals(engine)
-        app.run("stdio")
+        try:
+            app.run("stdio")
+        except Exception as exc:
+            if not only_broken_pipes(exc):
+                raise
+            stop(engine, "a closed stdout (the client no longer reads)", time.monotonic())
         engine.save_on_stop(time.monotonic() + SAVE_SECONDS)  # the client closed stdin
+
+
+def only_broken_pipes(exc: BaseException) -> bool:
+    """Whether ``exc`` is a BrokenPipeError, or a group (of groups) of nothing else."""
+    inner = getattr(exc, "exceptions", None)
+    if inner is None:
+        return isinstance(exc, BrokenPipeError)
+    return bool(inner) and all(only_broken_pipes(e) for e in inner)
 
 
 STOP_SECONDS = 1.5  # how long a stop waits for calls at work to finish
 
 
+def stop(engine: Engine, why: str, began: float) -> NoReturn:
+    """Let the calls at work finish (up to ``STOP_SECONDS``), save the snapshots the open
+    sessions lack, then exit 0 at once: stdin's reader thread may still wait for a line.
+    Writes are whole lines under locks, so exiting between calls loses nothing."""
+    service = engine.built
+    finished = service is None or service.wait_idle(STOP_SECONDS)
+    if finished:
+        engine.save_on_stop(began + SAVE_SECONDS)
+    log.info("stopping on %s%s", why, "" if finished else " (a call was still at work)")
+    logging.shutdown()
+    os._exit(0)
+
+
 def stop_on_signals(engine: Engine) -> None:
-    """On SIGTERM or SIGINT, let the calls at work finish (up to ``STOP_SECONDS``), then
-    exit 0 at once.
+    """On SIGTERM or SIGINT, ``stop`` in a thread of its own: stdin's reader thread
+    ignores signals, and PID 1 in a container has no default SIGTERM action, so without
+    this ``docker stop`` waits out its timeout."""
 
-    stdin's reader thread ignores signals, and PID 1 in a container has no default
-    SIGTERM action, so without this ``docker stop`` waits out its timeout. Writes are
-    whole lines under locks, so exiting between calls loses nothing."""
-
-    def stop(signum: int, _frame: object) -> None:
-        began = time.monotonic()
-
-        def drain() -> None:
-            service = engine.built
-            finished = service is None or service.wait_idle(STOP_SECONDS)
-            if finished:
-                engine.save_on_stop(began + SAVE_SECONDS)
-            log.info(
-                "stopping on %s%s",
-                signal.Signals(signum).name,
-                "" if finished else " (a call was still at work)",
-            )
-            logging.shutdown()
-            os._exit(0)
-
-        threading.Thread(target=drain, name="stop", daemon=True).start()
+    def on_signal(signum: int, _frame: object) -> None:
+        why, began = signal.Signals(signum).name, time.monotonic()
+        threading.Thread(target=stop, args=(engine, why, began), name="stop", daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+        signal.signal(signum, on_signal)
 
 
 async def tool_costs(app: MCPServer, ratio: float) -> dict[str, int]:

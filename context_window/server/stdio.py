@@ -125,9 +125,10 @@ class ScreenedLines:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
-        stdin = anyio.wrap_file(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        stdin = _Unowned(sys.stdin.buffer, encoding="utf-8", errors="replace")
         async with self.errors_in:
-            async for line in stdin:
+            # Abandoned on cancel: a stop (stdout gone) must not wait for the client's next line.
+            while line := await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True):
                 if not line.strip():
                     continue
                 verdict = screen(line)

@@ -2,10 +2,10 @@
 
 Real server processes on a session of 8,000 entries: the first call replays them and
 saves a snapshot; one more entry is appended (too few to save another while serving);
-then the server is stopped by SIGTERM or by closing stdin (stdio), and by SIGTERM
-(HTTP). Each exits within the stop's second and leaves a snapshot that holds every
-entry, the one appended just before the stop included. A SIGKILL saves nothing, and
-the journal alone still holds everything.
+then the server is stopped by SIGTERM, by closing stdin or by no longer reading its
+stdout (stdio), and by SIGTERM (HTTP). Each exits within the stop's second and leaves a
+snapshot that holds every entry, the one appended just before the stop included. A
+SIGKILL saves nothing, and the journal alone still holds everything.
 """
 
 from __future__ import annotations
@@ -97,15 +97,18 @@ def _stdio_server(data: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "stdin closed", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGTERM", "stdin closed", "stdout closed", "SIGKILL"])
 def test_a_stdio_stop_saves_the_snapshot(tmp_path: Path, how: str) -> None:
     data = tmp_path / "data"
     _write_session(data)
     proc = _stdio_server(data)
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None
     began = time.monotonic()
     if how == "stdin closed":
         proc.stdin.close()
+    elif how == "stdout closed":  # the client stops reading: the next answer meets EPIPE
+        proc.stdout.close()
+        _send(proc.stdin, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
     else:
         proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGKILL)
     proc.wait(timeout=10)
@@ -114,7 +117,9 @@ def test_a_stdio_stop_saves_the_snapshot(tmp_path: Path, how: str) -> None:
     if how == "SIGKILL":
         assert _from_snapshot(data) == (ENTRIES, ENTRIES + 1)  # the journal holds the last
         return
-    assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    said = (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == 0, said
+    assert "Traceback" not in said and "Exception ignored" not in said, said
     assert _from_snapshot(data) == (ENTRIES + 1, ENTRIES + 1)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from conftest import SettingsFactory
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
-from context_window.server.app import build_server, slim_schema
+from context_window.server.app import build_server, only_broken_pipes, slim_schema
 from context_window.service import Service
 
 
@@ -109,3 +110,27 @@ READ_ONLY_TOOLS = {
 # Removing or replacing what is stored: context_update deletes, doc_forget deletes,
 # doc_ingest with an existing doc_id replaces that document.
 DESTRUCTIVE_TOOLS = {"context_update", "doc_forget", "doc_ingest"}
+
+
+def raised_together(*errors: Exception) -> BaseException:
+    """What a task group raises when its tasks raise ``errors`` (the stdio transport's)."""
+
+    async def fail(error: Exception) -> None:
+        raise error
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for error in errors:
+                tg.start_soon(fail, error)
+
+    with pytest.raises(BaseException) as raised:
+        anyio.run(main)
+    return raised.value
+
+
+def test_only_a_closed_stdout_is_a_stop_not_a_crash() -> None:
+    assert only_broken_pipes(raised_together(BrokenPipeError()))
+    assert only_broken_pipes(BrokenPipeError())
+    assert not only_broken_pipes(raised_together(BrokenPipeError(), ValueError("bug")))
+    assert not only_broken_pipes(raised_together(ValueError("bug")))
+    assert not only_broken_pipes(ConnectionResetError())
