@@ -21,13 +21,13 @@ def render_ingest(done: Ingested) -> str:
     if done.reused:
         return (
             f"Same content as doc {d.id} ({d.title}), already ingested: returned it, no copy "
-            f"made. {d.chars:,} chars, ~{d.tokens:,} tokens, {d.chunks} chunks.\n"
+            f"made. {d.chars:,} chars, ~{d.tokens:,} tokens, {plural(d.chunks, 'chunk')}.\n"
             f"next: doc_outline(doc_id={d.id!r}) / doc_search(query, doc_id={d.id!r})"
         )
     verb = "Replaced" if done.replaced else "Ingested"
     lines = [
         f"{verb} doc {d.id} ({d.title}): {d.chars:,} chars, ~{d.tokens:,} tokens, "
-        f"{d.chunks} chunks in {done.seconds:.1f}s."
+        f"{plural(d.chunks, 'chunk')} in {done.seconds:.1f}s."
     ]
     if done.kept is not None:
         lines.append(f"{describe(done.kept)}; cursor at {d.cursor}.")
@@ -41,7 +41,7 @@ def render_doc_line(d: DocInfo, state: SourceState, sessions: int) -> str:
     """One doc_list line, with a second line saying how to refresh a stale source."""
     cursors = f" (+{sessions} session cursors)" if sessions else ""
     line = (
-        f"  {d.id}: {d.title} — {d.chunks} chunks, ~{d.tokens:,} tokens, "
+        f"  {d.id}: {d.title} — {plural(d.chunks, 'chunk')}, ~{d.tokens:,} tokens, "
         f"cursor {d.cursor}{cursors}, ingested {local_time(d.created_at)}"
     )
     if state.state == CHANGED:
@@ -118,7 +118,7 @@ def render_window(w: Window, budget: int, terse: bool = False, used: int | None 
     if not w.chunks:
         return (
             f"end of document; reset=true to start over, or pass from=N "
-            f"({d.id} has {d.chunks} chunks)"
+            f"({d.id} has {plural(d.chunks, 'chunk')})"
         )
     first, last = w.chunks[0].index, w.chunks[-1].index
     then = "end of document" if w.at_end else _next_call(d.id, w.session_id, w.cursor, w.moved)

@@ -10,6 +10,7 @@ from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
 from context_window.sessions.session import FOLD_TOKENS
 from context_window.tokens import TokenCounter
+from context_window.wording import plural
 
 PREVIEW_CHARS = 160
 FACTS_IN_REPORT = 30
@@ -59,7 +60,7 @@ def render_open(o: Opened) -> str:
     stats, budget = o.stats, o.budget
     lines = [
         f"{verb} session '{o.session.id}' ({o.session.title}): {stats.live} live of "
-        f"{stats.total} entries, {stats.pinned} pinned",
+        f"{plural(stats.total, 'entry')}, {stats.pinned} pinned",
         bar(stats.live_tokens, budget),
     ]
     if o.pinned:
@@ -181,7 +182,7 @@ def render_compaction(c: Compaction) -> str:
         )
     if c.summary is None or c.entry is None:
         return (
-            f"Nothing to compact: {n} foldable entries ({keep}). "
+            f"Nothing to compact: {plural(n, 'foldable entry')} ({keep}). "
             "Lower keep_recent or append more first."
         )
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")

@@ -78,7 +78,9 @@ async def test_every_document_tool(tmp_path: Path) -> None:
             "(doc_id='build') / doc_search(query, doc_id='build')", " / doc_search"
         )
         assert data["chunks"] > 10 and data["tokens"] > 0 and data["chars"] > 0
-        await ok(c, "doc_ingest", text="# Notes\n\nThe cache lives in /var/cache/app.", title="n")
+        note = "# Notes\n\nThe cache lives in /var/cache/app."
+        text, data = await ok(c, "doc_ingest", text=note, title="n")
+        assert data["chunks"] == 1 and ", 1 chunk in " in text  # counts read as people say them
 
         text, data = await ok(c, "doc_outline", doc_id="build")
         assert "(no heading)" in text and data["outline"][0]["index"] == 0

@@ -102,6 +102,8 @@ async def test_open_creates_resumes_and_shows_pinned_and_latest(settings: Settin
         assert data["created"] is True and data["session_id"] == "task"
         assert (data["live"], data["total"], data["tokens"], data["budget"]) == (0, 0, 0, 4000)
         await ok(c, "context_append", session_id="task", text="Goal: ship v2", pinned=True)
+        text, _ = await ok(c, "context_open", session_id="task")
+        assert text.startswith("Resumed session 'task' (The task): 1 live of 1 entry, 1 pinned")
         await ok(c, "context_append", session_id="task", text="Found the flaky test")
         text, data = await ok(c, "context_open", session_id="task")
     assert text.startswith("Resumed session 'task' (The task): 2 live of 2 entries, 1 pinned")
