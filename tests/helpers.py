@@ -17,6 +17,7 @@ import httpx2
 import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
 
 # The first message of every MCP session, as a raw client sends it.
 INIT = {
@@ -30,6 +31,11 @@ INIT = {
     },
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text blocks of a tool result, one per line."""
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -20,7 +20,7 @@ import anyio
 import httpx
 import mcp
 import pytest
-from helpers import free_port, http_server
+from helpers import free_port, http_server, text_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -202,7 +202,7 @@ async def remember_and_recall(command: list[str]) -> str:
             query = {"session_id": "docker", "query": "where is the build cache"}
             recalled = await client.call_tool("context_recall", query)
     assert not recalled.is_error
-    return " ".join(getattr(part, "text", "") for part in recalled.content)
+    return text_of(recalled)
 
 
 def stop_stdio_container(tag: str, wait: float) -> tuple[float, str]:

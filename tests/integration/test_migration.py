@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SettingsFactory, client
+from helpers import text_of
 
 from context_window.cli.doctor import audit
 from context_window.documents.index import INDEX_VERSION
@@ -31,10 +32,6 @@ def old_data(tmp_path: Path) -> Path:
     return data
 
 
-def text(result: object) -> str:
-    return "\n".join(getattr(c, "text", "") for c in result.content)  # type: ignore[attr-defined]
-
-
 async def test_an_old_document_is_reindexed_on_first_use(
     old_data: Path, settings: SettingsFactory
 ) -> None:
@@ -47,15 +44,15 @@ async def test_an_old_document_is_reindexed_on_first_use(
         res = await c.call_tool(
             "doc_search", {"query": "restarting workers", "doc_id": "ops-guide"}
         )
-        assert not res.is_error, text(res)
-        assert "restarts the worker pool" in text(res)  # stemmed: restarting ~ restarts
+        assert not res.is_error, text_of(res)
+        assert "restarts the worker pool" in text_of(res)  # stemmed: restarting ~ restarts
         listed = await c.call_tool("doc_list", {})
-        assert "ops-guide" in text(listed)
+        assert "ops-guide" in text_of(listed)
         window = await c.call_tool("doc_window", {"doc_id": "ops-guide", "budget_tokens": 200})
         assert not window.is_error
         assert window.structured_content["chunks"][0]["index"] == 2  # the old cursor
         at_line = await c.call_tool("doc_window", {"doc_id": "ops-guide", "line": 40})
-        assert "worker-" in text(at_line)
+        assert "worker-" in text_of(at_line)
     assert json.loads((doc / "index" / "stats.json").read_text())["version"] == INDEX_VERSION
     after_meta = json.loads((doc / "meta.json").read_text())
     for key in ("id", "title", "sha256", "chars", "chunks", "created_at", "ratio"):
@@ -82,7 +79,7 @@ async def test_an_old_session_recalls_with_the_new_ranking(
 ) -> None:
     async with client(settings()) as c:
         opened = await c.call_tool("context_open", {"session_id": "release-010"})
-        assert "5 live of 5 entries, 1 pinned" in text(opened)
+        assert "5 live of 5 entries, 1 pinned" in text_of(opened)
         res = await c.call_tool(
             "context_recall", {"session_id": "release-010", "query": "retry webhook"}
         )
@@ -115,7 +112,7 @@ async def test_a_version_3_document_is_reindexed_with_its_numbers_apart(
     log.write_text("".join(f"req {i:05d} took {i * 37} ms on port 8080\n" for i in range(3000)))
     async with client(settings(ingest_roots=(log.parent,), chunk_tokens=200)) as c:
         res = await c.call_tool("doc_ingest", {"file_path": "app.log", "doc_id": "app"})
-        assert not res.is_error, text(res)
+        assert not res.is_error, text_of(res)
         await c.call_tool("doc_window", {"doc_id": "app", "budget_tokens": 300})  # cursor moves
     doc = tmp_path / "data" / "documents" / "app"
     stats = json.loads((doc / "index" / "stats.json").read_text())
@@ -126,8 +123,8 @@ async def test_a_version_3_document_is_reindexed_with_its_numbers_apart(
     assert not audit(tmp_path / "data").problems
     async with client(settings(ingest_roots=(log.parent,), chunk_tokens=200)) as c:
         res = await c.call_tool("doc_search", {"query": "req 02345", "doc_id": "app"})
-        assert not res.is_error, text(res)
-        assert "req 02345 took 86765 ms" in text(res)
+        assert not res.is_error, text_of(res)
+        assert "req 02345 took 86765 ms" in text_of(res)
         window = await c.call_tool("doc_window", {"doc_id": "app", "budget_tokens": 300})
         assert window.structured_content["chunks"][0]["index"] == before_meta["cursor"] > 0
     assert json.loads((doc / "index" / "stats.json").read_text())["version"] == INDEX_VERSION

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import text_of
 from mcp import Client
 from mcp.types import CallToolResult
 
@@ -259,7 +260,7 @@ def written_cases(fx: Fixture) -> list[Case]:
 
 def check_readable(r: CallToolResult, case: Case) -> str:
     """The error text of a bad call, asserting it is a clear tool error."""
-    text = "\n".join(getattr(c, "text", "") for c in r.content)
+    text = text_of(r)
     where = f"{case.tool} ({case.why}): {text[:300]!r}"
     assert r.is_error, f"accepted bad input: {where}"
     assert "internal error" not in text and "Traceback" not in text, where
@@ -365,7 +366,7 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
             for key, (tool, args) in calls.items():
                 r = await client.call_tool(tool, args)
                 assert r.is_error
-                out[key] = "\n".join(getattr(c, "text", "") for c in r.content)
+                out[key] = text_of(r)
             return out
 
     got = anyio.run(main)

@@ -9,19 +9,14 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import text_of
 from mcp import Client
-from mcp.types import CallToolResult
 
 from context_window.server.app import build_server
 from context_window.sessions.store import SessionStore
 from context_window.tokens import TokenCounter
 
 from .support import service_for
-
-
-def text_of(r: CallToolResult) -> str:
-    """The text content of a tool result."""
-    return "\n".join(getattr(c, "text", "") for c in r.content)
 
 
 def seed_session(data_dir: Path, sid: str = "s", n: int = 5) -> tuple[Path, list[str]]:

@@ -17,8 +17,7 @@ import anyio
 import httpx
 import mcp
 import pytest
-from helpers import INIT, MCP_HEADERS, Running, http_client, http_server, server_command
-from mcp.types import TextContent
+from helpers import INIT, MCP_HEADERS, Running, http_client, http_server, server_command, text_of
 
 from context_window import __version__
 from context_window.config import load_settings
@@ -32,11 +31,6 @@ from context_window.server.http import (
     is_wildcard,
     transport_security,
 )
-
-
-def text(result: Any) -> str:
-    """The text content of a tool result."""
-    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
 @pytest.fixture(scope="module")
@@ -178,16 +172,16 @@ async def test_tool_call_round_trip(server: Running) -> None:
     async with http_client(server.mcp_url) as client:
         opened = await client.call_tool("context_open", {"session_id": "rt", "title": "Round"})
         assert not opened.is_error
-        assert "rt" in text(opened)
+        assert "rt" in text_of(opened)
         saved = await client.call_tool(
             "context_append", {"session_id": "rt", "text": "the answer is forty-two"}
         )
         assert not saved.is_error
         recalled = await client.call_tool("context_recall", {"session_id": "rt"})
-        assert "forty-two" in text(recalled)
+        assert "forty-two" in text_of(recalled)
         missing = await client.call_tool("context_recall", {"session_id": "nope"})
         assert missing.is_error
-        assert "context_open" in text(missing)
+        assert "context_open" in text_of(missing)
 
 
 @pytest.mark.anyio
@@ -197,12 +191,12 @@ async def test_two_clients_see_each_others_writes(server: Running) -> None:
         await b.call_tool("context_open", {"session_id": "shared"})
         await a.call_tool("context_append", {"session_id": "shared", "text": "alpha from A"})
         await b.call_tool("context_append", {"session_id": "shared", "text": "bravo from B"})
-        seen_by_b = text(await b.call_tool("context_recall", {"session_id": "shared"}))
-        seen_by_a = text(await a.call_tool("context_recall", {"session_id": "shared"}))
+        seen_by_b = text_of(await b.call_tool("context_recall", {"session_id": "shared"}))
+        seen_by_a = text_of(await a.call_tool("context_recall", {"session_id": "shared"}))
         for seen in (seen_by_a, seen_by_b):
             assert "alpha from A" in seen
             assert "bravo from B" in seen
-        listed = text(await b.call_tool("context_list_sessions", {}))
+        listed = text_of(await b.call_tool("context_list_sessions", {}))
         assert "shared" in listed
 
 
@@ -328,4 +322,4 @@ async def test_stdio_unaffected(tmp_path: Path) -> None:
     async with mcp.Client(params) as client:
         assert "context_open" in {t.name for t in (await client.list_tools()).tools}
         opened = await client.call_tool("context_open", {"session_id": "pipes"})
-        assert not opened.is_error and "pipes" in text(opened)
+        assert not opened.is_error and "pipes" in text_of(opened)
