@@ -106,7 +106,7 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     """A session's header and its entries in time order, each text indented and wrapped."""
     stats = session.stats()
     counts = (
-        f"{stats.live} live of {stats.total} entries ({stats.superseded} superseded, "
+        f"{stats.live} live of {plural(stats.total, 'entry')} ({stats.superseded} superseded, "
         f"{stats.expired} expired, {stats.deleted} deleted, {stats.pinned} pinned), "
         f"{stats.live_tokens:,} live tokens; "
         f"updated {local_time(session.updated_at())}"
@@ -189,7 +189,7 @@ def window_view(w: Window) -> str:
     """A document's chunks in order, each under its label; then where to go on from."""
     n = w.doc.chunks
     if not w.chunks:
-        return f"{w.doc.id}: past the end ({n} chunks)"
+        return f"{w.doc.id}: past the end ({plural(n, 'chunk')})"
     first, last = w.chunks[0].index, w.chunks[-1].index
     out = [f"{w.doc.id}: {w.doc.title} · chunks {first}-{last} of {n}"]
     for c in w.chunks:

@@ -479,12 +479,8 @@ class DocumentStore:
         folder = self.root / doc.id
         cursor = doc.cursor if session_id is None else read_cursor(folder, session_id)
         n = doc.chunks
-        if first is not None and not 0 <= first < n:
-            raise InvalidInput(
-                f"from={first} is out of range: document {doc.id!r} has {n} chunks (0-{n - 1})"
-            )
-        if last is not None and first is not None and last < first:
-            raise InvalidInput(f"to ({last}) is before from ({first}); give to >= from")
+        if first is not None:
+            doc.span(first, last)  # raises on a range the document does not have
         if budget < 1:
             raise InvalidInput(f"budget_tokens must be positive, not {budget}")
         tables = self.tables(doc)

@@ -16,7 +16,7 @@ import numpy as np
 
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
-from context_window.errors import InvalidInput, StorageError
+from context_window.errors import StorageError
 from context_window.journal import Journal
 from context_window.llm.summaries import Summarizer
 from context_window.models import Chunk, Summary
@@ -41,20 +41,6 @@ class DocSummary:
     summary: Summary
     note: str
     cached: bool
-
-
-def check_range(doc: DocInfo, first: int | None, last: int | None) -> tuple[int, int]:
-    """``first..last`` defaulted to the whole document, or InvalidInput naming the chunk count."""
-    n = doc.chunks
-    lo = 0 if first is None else first
-    hi = n - 1 if last is None else min(last, n - 1)
-    if not 0 <= lo < n:
-        raise InvalidInput(
-            f"from={lo} is out of range: document {doc.id!r} has {n} chunks (0-{n - 1})"
-        )
-    if last is not None and last < lo:
-        raise InvalidInput(f"to ({last}) is before from ({lo}); give to >= from")
-    return lo, hi
 
 
 def joined(chunks: list[Chunk]) -> str:
@@ -104,7 +90,7 @@ async def summarize_range(
 ) -> DocSummary:
     """Summarize a range (or the whole document, whose summary is cached in meta.json)."""
     doc = store.get(doc_id)
-    lo, hi = check_range(doc, first, last)
+    lo, hi = doc.span(first, last)
     whole = lo == 0 and hi == doc.chunks - 1
     cached = doc.summary if whole else None
     if cached and cached.get("sha256", doc.sha256) != doc.sha256:

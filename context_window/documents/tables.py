@@ -25,9 +25,10 @@ from context_window.documents.checks import (
     summary_problem,
 )
 from context_window.documents.index import DocIndex
-from context_window.errors import StorageError
+from context_window.errors import InvalidInput, StorageError
 from context_window.models import Chunk, Count, Reserve
 from context_window.storage import read_at
+from context_window.wording import plural
 
 # A document's index/ arrays and the rows each holds beyond one per chunk (None: not per chunk).
 INDEX_ARRAYS: dict[str, int | None] = {
@@ -81,6 +82,19 @@ class DocInfo:
             summary=summary if summary_problem(summary) is None else None,
             source_stat=_stat(meta.get("source_stat")),
         )
+
+    def span(self, first: int | None, last: int | None) -> tuple[int, int]:
+        """``first..last`` defaulted to the whole document, or InvalidInput naming the chunks."""
+        lo = 0 if first is None else first
+        hi = self.chunks - 1 if last is None else min(last, self.chunks - 1)
+        if not 0 <= lo < self.chunks:
+            raise InvalidInput(
+                f"from={lo} is out of range: document {self.id!r} has "
+                f"{plural(self.chunks, 'chunk')} (0-{self.chunks - 1})"
+            )
+        if last is not None and last < lo:
+            raise InvalidInput(f"to ({last}) is before from ({lo}); give to >= from")
+        return lo, hi
 
 
 def _stat(value: Any) -> tuple[int, int] | None:

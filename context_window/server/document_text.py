@@ -143,7 +143,7 @@ def render_docs(listed: list[Listed]) -> str:
     """doc_list's text: a line per document, newest first, with stale sources flagged."""
     if not listed:
         return "No documents yet. Call doc_ingest(text=... or file_path=...)."
-    lines = [f"{len(listed)} documents (newest first):"]
+    lines = [f"{plural(len(listed), 'document')} (newest first):"]
     lines.extend(render_doc_line(x.doc, x.state, len(x.cursors)) for x in listed)
     return "\n".join(lines)
 

@@ -106,7 +106,7 @@ def recall_header(
     header = f"{shown}/{candidates} · {used}/{budget}" + (WORDS_ONLY if words_only else "")
     if terse:  # a budget too small for the full header
         return header
-    header = f"{shown} of {candidates} entries, best first · {used}/{budget} tokens"
+    header = f"{shown} of {plural(candidates, 'entry')}, best first · {used}/{budget} tokens"
     if words_only:
         header += WORDS_ONLY
     if omitted:
@@ -170,8 +170,8 @@ def render_compaction(c: Compaction) -> str:
     n = len(c.plan.entries)
     keep = f"kept the {c.plan.kept_recent} most recent and {c.plan.pinned_kept} pinned"
     later = (
-        f" {c.plan.left} more foldable entries past this batch's {FOLD_TOKENS:,}-token bound: "
-        "call context_compact again for them."
+        f" {plural(c.plan.left, 'more foldable entry')} past this batch's "
+        f"{FOLD_TOKENS:,}-token bound: call context_compact again for them."
         if c.plan.left
         else ""
     )
@@ -196,7 +196,7 @@ def render_compaction(c: Compaction) -> str:
         shown = "; ".join(c.kept_facts[:FACTS_IN_REPORT])
         rest = len(c.kept_facts) - FACTS_IN_REPORT
         shown += f"; … {rest} more" if rest > 0 else ""
-        line = f"The summary text lost {lost} facts of the originals"
+        line = f"The summary text lost {plural(lost, 'fact')} of the originals"
         if c.kept_facts:
             line += f"; appended {len(c.kept_facts)} to it: {shown}"
         if c.facts_not_kept:
@@ -220,7 +220,7 @@ def render_append(c: Changed) -> str:
 def render_uncompact(c: Changed, compaction_id: str) -> str:
     """context_uncompact's text: what is live again, and how to redo the compaction."""
     lines = [
-        f"Undid compaction {compaction_id}: {len(c.entries)} entries are live again; "
+        f"Undid compaction {compaction_id}: {plural(len(c.entries), 'entry')} live again; "
         "the summary is retired (context_update on it with delete=false redoes the "
         "compaction).",
         bar(c.stats.live_tokens, c.budget),
@@ -248,8 +248,8 @@ def render_status(c: Changed, token_counts: str, summarizer: str) -> str:
     lines.extend(f"Repaired: {r}" for r in s.repairs)
     if s.skipped_lines or s.orphan_patches:
         lines.append(
-            f"Storage: skipped {s.skipped_lines} unreadable lines, "
-            f"{s.orphan_patches} patches for unknown entries"
+            f"Storage: skipped {plural(s.skipped_lines, 'unreadable line')}, "
+            f"{plural(s.orphan_patches, 'patch')} for unknown entries"
         )
     lines.append(advice(s, c.budget) or "Within budget.")
     return "\n".join(lines)

@@ -293,6 +293,8 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["docs", "--data-dir", str(data)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("deploy  1 chunk  ") and "source: /" in out and "Deploy" in out
+    assert main(["window", "deploy", "--from", "5", "--data-dir", str(data)]) == 1
+    assert "document 'deploy' has 1 chunk (0-0)" in capsys.readouterr().err
     assert main(["ingest", str(tmp_path / "missing.log"), "--data-dir", str(data)]) == 2
     assert "no such file: " in capsys.readouterr().err
     assert main(["ingest", str(tmp_path), "--data-dir", str(data)]) == 2

@@ -65,7 +65,7 @@ def test_truncated_last_line(data_dir: Path) -> None:
     journal.write_bytes(raw[: len(raw) - 20])  # the last record loses its end and newline
     seen = anyio.run(serve_and_check, data_dir, "s")
     assert seen["status"]["skipped_lines"] == 1
-    assert "skipped 1 unreadable lines" in seen["status_text"]
+    assert "skipped 1 unreadable line," in seen["status_text"]
     assert seen["recalled"] == ids[:-1]
     # The append closed the torn line off; a restart skips it once and sees the new entry.
     assert replay_ids(data_dir, "s") == ([*ids[:-1], seen["appended"]], 1)
@@ -113,7 +113,7 @@ def test_orphan_patch_is_reported(data_dir: Path) -> None:
         f.write(b'{"kind":"patch","id":"e-nobody","pinned":true}\n')
     seen = anyio.run(serve_and_check, data_dir, "s")
     assert seen["status"]["orphan_patches"] == 1
-    assert "1 patches for unknown entries" in seen["status_text"]
+    assert "1 patch for unknown entries" in seen["status_text"]
     assert seen["recalled"] == ids
 
 

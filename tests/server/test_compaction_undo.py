@@ -51,7 +51,7 @@ async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsF
 
         text, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=ref)
         assert undo["restored"] == ids[:10] and undo["compaction_id"] == ref  # as given
-        assert text.startswith(f"Undid compaction {ref}: 10 entries are live again")
+        assert text.startswith(f"Undid compaction {ref}: 10 entries live again")
         _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
         # Live again, in their places (newest first, as recall shows them); no summary.
         assert [e["id"] for e in rec["entries"]] == ids[::-1]

@@ -120,6 +120,11 @@ async def test_every_document_tool(tmp_path: Path) -> None:
 
         text, data = await ok(c, "doc_list")
         assert {d["id"] for d in data["documents"]} >= {"build"} and len(data["documents"]) == 2
+        await ok(
+            c, "doc_forget", doc_id=next(d["id"] for d in data["documents"] if d["id"] != "build")
+        )
+        text, _ = await ok(c, "doc_list")
+        assert text.startswith("1 document (newest first):")
 
         assert "no document 'nope'" in await error(c, "doc_window", doc_id="nope")
         await ok(c, "doc_forget", doc_id="build")

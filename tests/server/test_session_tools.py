@@ -201,8 +201,9 @@ async def test_recall_nothing_matched_and_tags_and_limit(settings: SettingsFacto
         await ok(c, "context_append", session_id="s", text="alpha two", tags=["y"])
         text, data = await ok(c, "context_recall", session_id="s", query="zebra")
         assert "Nothing matched" in text and data["entries"] == []
-        _, data = await ok(c, "context_recall", session_id="s", tags=["y"])
+        text, data = await ok(c, "context_recall", session_id="s", tags=["y"])
         assert [e["text"] for e in data["entries"]] == ["alpha two"]
+        assert text.startswith("1 of 1 entry, best first")  # not "1 of 1 entries"
         _, data = await ok(c, "context_recall", session_id="s", limit=1)
         assert [e["text"] for e in data["entries"]] == ["alpha two"]
 
@@ -262,7 +263,7 @@ async def test_status_reports_counts_counting_and_storage_problems(
             f.write(b"garbage line\n")
         text, data = await ok(c, "context_status", session_id="s")
     assert data["skipped_lines"] == 1
-    assert "Storage: skipped 1 unreadable lines" in text
+    assert "Storage: skipped 1 unreadable line, 0 patches for unknown entries" in text
     assert data["live"] == 1 and data["pinned"] == 1 and a["entry_id"]
 
 
