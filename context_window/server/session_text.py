@@ -33,16 +33,19 @@ def preview(entry: Entry, chars: int = PREVIEW_CHARS) -> str:
 
 
 def _head(entry: Entry) -> str:
+    tags = "".join(f" #{t}" for t in entry.tags)
+    return f"[{entry.ref}] {local_time(entry.created_at)} {entry.role}{tags}{_flags(entry)}"
+
+
+def _flags(entry: Entry) -> str:
+    """`` (pinned, superseded by s3)``, or nothing for a plain entry."""
     states = (("pinned", entry.pinned), ("expired", entry.expired), ("deleted", entry.deleted))
     flags = [f for f, on in states if on]
     if entry.superseded:
         flags.append(
             f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
         )
-    tags = "".join(f" #{t}" for t in entry.tags)
-    stamp = local_time(entry.created_at)
-    extra = f" ({', '.join(flags)})" if flags else ""
-    return f"[{entry.ref}] {stamp} {entry.role}{tags}{extra}"
+    return f" ({', '.join(flags)})" if flags else ""
 
 
 def advice(stats: SessionStats, budget: int) -> str:
@@ -78,14 +81,8 @@ def recall_label(entry: Entry, dated: bool = False) -> str:
     """The line above a recalled entry: name, role, tags, flags, the day if several."""
     role = "" if entry.role == "note" else f" {entry.role}"
     tags = "".join(f" #{t}" for t in entry.tags)
-    flags = [f for f, on in (("pinned", entry.pinned), ("expired", entry.expired)) if on]
-    if entry.superseded:
-        flags.append(
-            f"superseded by {', '.join(entry.replaced_by)}" if entry.replaced_by else "superseded"
-        )
-    extra = f" ({', '.join(flags)})" if flags else ""
     when = f" · saved {local_time(entry.created_at, year=False)[:5]}" if dated else ""
-    return f"[{entry.ref}{role}{tags}{extra}{when}]"
+    return f"[{entry.ref}{role}{tags}{_flags(entry)}{when}]"
 
 
 NOTHING_MATCHED = "Nothing matched: try other words, or no query for the latest."
