@@ -426,9 +426,10 @@ class Service:
         )
 
     async def list_sessions(
-        self, text: str | None = None, offset: int = 0, limit: int = LIST_LIMIT
+        self, text: str | None = None, offset: int = 0, limit: int | None = None
     ) -> SessionPage:
         """A page of the sessions whose id or title holds ``text``, newest first."""
+        limit = LIST_LIMIT if limit is None else limit
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
         if offset < 0:

@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         parser_class=_Parser,
         title="commands (default: serve)",
     )
+    after = _Parser(add_help=False)  # the flags again, as each command's parent
+    _add_settings_flags(after, after_command=True)
     for command in commands():
         cp = sub.add_parser(
             command.name,
@@ -92,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="Configuration flags such as --data-dir may come before or after the\n"
             "command; `context-window --help` lists them.",
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[after],
         )
         command.arguments(cp)
-        _add_settings_flags(cp, after_command=True)
     return p
 
 

@@ -8,7 +8,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from context_window.models import LIST_LIMIT, MAX_LIST_LIMIT
 from context_window.server.adapters import DESTROYS, READ_ONLY, WRITES, guarded
 from context_window.server.engine import Engine
 
@@ -150,10 +149,10 @@ def register_session_tools(app: MCPServer, engine: Engine) -> None:
     @guarded("context_list_sessions", audit, ready)
     async def context_list_sessions(
         filter: Annotated[str | None, Field(description="Id or title part")] = None,
-        limit: Annotated[int | None, Field(ge=1, le=MAX_LIST_LIMIT)] = None,
+        limit: Annotated[int | None, Field(ge=1, le=200)] = None,
         offset: Annotated[int | None, Field(ge=0)] = None,
     ) -> CallToolResult:
         from context_window.server import views
 
-        page = await engine.service.list_sessions(filter, offset or 0, limit or LIST_LIMIT)
+        page = await engine.service.list_sessions(filter, offset or 0, limit)
         return views.sessions_listed(page, engine.service.settings.budget, engine.service.counter)

@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from context_window.config import Settings
+from context_window.models import MAX_LIST_LIMIT
 from context_window.tokens import TokenCounter, estimate
 
 pytestmark = pytest.mark.anyio
@@ -333,6 +334,9 @@ async def test_list_sessions_pages_filters_and_fits_the_budget(settings: Setting
         assert data["sessions"] == [] and text == "No sessions from offset 500: 120."
         msg = await error(c, "context_list_sessions", limit=0)
         assert "limit" in msg
+        assert "limit" in await error(c, "context_list_sessions", limit=MAX_LIST_LIMIT + 1)
+        _, data = await ok(c, "context_list_sessions", limit=MAX_LIST_LIMIT)
+        assert data["sessions"]  # accepted: the tool's bound is the Service's
 
 
 @pytest.mark.parametrize(
