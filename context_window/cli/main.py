@@ -63,7 +63,11 @@ class ServerEdge:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+    """An ArgumentParser whose errors are one line on stderr and exit status 2, and which
+    takes a flag only whole: by prefix, ``window --to`` was ambiguous with ``--tools``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"context-window: error: {message} (see {self.prog} --help)\n")

@@ -295,6 +295,9 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     assert out.startswith("deploy  1 chunk  ") and "source: /" in out and "Deploy" in out
     assert main(["window", "deploy", "--from", "5", "--data-dir", str(data)]) == 1
     assert "document 'deploy' has 1 chunk (0-0)" in capsys.readouterr().err
+    # --to is whole, not a prefix of --tools or --token-ratio (which made it ambiguous)
+    assert main(["window", "deploy", "--to", "0", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out.startswith("deploy: Deploy · chunks 0-0 of 1")
     assert main(["ingest", str(tmp_path / "missing.log"), "--data-dir", str(data)]) == 2
     assert "no such file: " in capsys.readouterr().err
     assert main(["ingest", str(tmp_path), "--data-dir", str(data)]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -89,6 +90,32 @@ def test_readme_shows_every_command() -> None:
     text = documented()
     missing = [c for c in commands if f"context-window {c}" not in text]
     assert not missing, f"README.md and docs/ have no example of: {', '.join(missing)}"
+
+
+def shown_command_lines() -> list[str]:
+    """Each ``context-window ...`` line of the README's and docs/' code blocks."""
+    lines, inside = [], False
+    for line in documented().splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif inside and line.strip().startswith("context-window "):
+            lines.append(line.strip())
+    return lines
+
+
+def test_every_command_line_the_docs_show_parses() -> None:
+    lines = shown_command_lines()
+    assert len(lines) >= 20 and any("--to" in line for line in lines)
+    for line in lines:
+        words = shlex.split(line, comments=True)[1:]
+        for i, word in enumerate(words):  # up to a redirection or a pipe
+            if word in (">", "|", "&&") or word.startswith(">"):
+                words = words[:i]
+                break
+        try:
+            build_parser().parse_args(words)
+        except SystemExit as exc:
+            raise AssertionError(f"the docs show a command that does not parse: {line}") from exc
 
 
 def test_readme_shows_the_log_lines_a_server_writes(tmp_path: Path) -> None:
