@@ -337,6 +337,10 @@ async def test_list_sessions_pages_filters_and_fits_the_budget(settings: Setting
         assert "limit" in await error(c, "context_list_sessions", limit=MAX_LIST_LIMIT + 1)
         _, data = await ok(c, "context_list_sessions", limit=MAX_LIST_LIMIT)
         assert data["sessions"]  # accepted: the tool's bound is the Service's
+        # The schema writes the bound as a number (importing models would slow start-up).
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        limit = tools["context_list_sessions"].input_schema["properties"]["limit"]
+        assert limit["maximum"] == MAX_LIST_LIMIT
 
 
 @pytest.mark.parametrize(
