@@ -300,7 +300,8 @@ HEALTH_SECONDS = 3.0
 
 
 def served_settings(own: Settings, pid1: Path = Path("/proc/1/cmdline")) -> Settings:
-    """The checked server's settings: PID 1's flags when it is ``context-window``, else ``own``."""
+    """The checked server's settings: the flags after ``context-window`` on PID 1's command
+    line (the server's, or its init's), else ``own``."""
     try:
         argv = [a.decode() for a in pid1.read_bytes().split(b"\0") if a]
     except OSError:

@@ -38,13 +38,17 @@ def test_a_stdio_server_has_nothing_to_probe() -> None:
 
 
 def test_the_served_flags_are_read_from_process_1(tmp_path: Path) -> None:
-    """In a container the server is process 1: its flags say where to probe."""
+    """In a container the server, or the init that runs it, is process 1: the server's
+    flags on its command line say where to probe."""
     own = load_settings({"data_dir": tmp_path}, environ={})
     cmdline = tmp_path / "cmdline"
     argv = ["/opt/context-window/bin/python", "/opt/context-window/bin/context-window"]
     cmdline.write_bytes(b"\0".join(a.encode() for a in [*argv, "--http", "--port", "4123"]) + b"\0")
     served = served_settings(own, cmdline)
     assert served.transport == "http" and served.port == 4123
+    init = ["dumb-init", "--single-child", "--", "context-window"]  # the image's process 1
+    cmdline.write_bytes(b"\0".join(a.encode() for a in [*init, "--http", "--port", "4124"]))
+    assert served_settings(own, cmdline).port == 4124
     cmdline.write_bytes(b"/sbin/init\0splash\0")  # not a server: our own settings
     assert served_settings(own, cmdline) is own
     assert served_settings(own, tmp_path / "no-such-file") is own
