@@ -104,6 +104,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _unknown_flag(parser: argparse.ArgumentParser, words: Sequence[str]) -> str | None:
+    """Names the first ``--flag`` among ``words`` that neither ``parser`` nor its commands
+    take, with the flags meant: argparse would read ``--budg 900``'s value as a command."""
+    parsers = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += action.choices.values()
+    known = {name for p in parsers for action in p._actions for name in action.option_strings}
+    for word in words:
+        name = word.split("=", 1)[0]
+        if word == "--":  # what follows is not a flag
+            return None
+        if name.startswith("--") and " " not in word and name not in known:
+            import difflib
+
+            near = sorted(k for k in known if k.startswith(name)) or [
+                f"--{k}" for k in difflib.get_close_matches(name[2:], [k[2:] for k in known], 2)
+            ]
+            return f"unknown flag {name}" + (f"; did you mean {' or '.join(near)}?" if near else "")
+    return None
+
+
 def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
     """A flag for each declared setting, accepted before or after the command."""
 
@@ -232,7 +254,11 @@ def startup_line(settings: Settings) -> str:
 
 def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) -> int:
     """Run the command line; the exit status. ``server`` serves and feeds doctor's report."""
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    if unknown := _unknown_flag(parser, words):
+        parser.error(unknown)
+    ns = parser.parse_args(words)
     tune_process()
     command = {c.name: c for c in commands(server)}[ns.command or "serve"]
     if command.name != "serve" and threading.current_thread() is threading.main_thread():

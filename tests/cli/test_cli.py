@@ -45,7 +45,11 @@ def test_version() -> None:
 @pytest.mark.parametrize(
     ("args", "env", "needle"),
     [
-        (["--bogus"], {}, "--bogus"),
+        (["--bogus"], {}, "unknown flag --bogus (see"),
+        # flags are taken only whole; the one meant is named, not the value as a command
+        (["--budg", "900"], {}, "unknown flag --budg; did you mean --budget?"),
+        (["sessions", "--budg=900"], {}, "unknown flag --budg; did you mean --budget?"),
+        (["--dat-dir", "x"], {}, "unknown flag --dat-dir; did you mean --data-dir?"),
         (["--budget", "abc"], {}, "--budget"),
         (["--budget", "0"], {}, "budget must be between"),
         (["--chunk-tokens", "100", "--chunk-overlap", "100"], {}, "chunk-overlap"),

@@ -286,6 +286,8 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().out.startswith("ingested deploy: deploy.log (1 chunk, ")
     assert main(["search", "quota", "--data-dir", str(data)]) == 0
     assert "disk quota exceeded" in capsys.readouterr().out
+    assert main(["search", "--disk quota", "--data-dir", str(data)]) == 0  # words, not a flag
+    assert "disk quota exceeded" in capsys.readouterr().out
     log.write_text("step 1 ok\nstep 2 ok\n")
     assert main(["ingest", str(log), "--doc-id", "deploy", "--title", "Deploy",
                  "--data-dir", str(data)]) == 0  # fmt: skip
