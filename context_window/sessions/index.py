@@ -78,7 +78,10 @@ class MemoryIndex:
         base = len(self._doc_len)
         ids = np.empty(len(vocabulary), dtype=np.int64)
         # Only the terms this batch holds: a vocabulary shared by batches keeps growing.
-        held = np.unique(term).tolist()
+        # (A mask, not np.unique, which imports numpy.ma: 10 ms of a restart's first call.)
+        seen = np.zeros(len(vocabulary), dtype=bool)
+        seen[term] = True
+        held = np.flatnonzero(seen).tolist()
         ids[held] = self._terms.numbers([vocabulary[k] for k in held])
         tids = ids[term]
         order = np.argsort(tids, kind="stable")  # by term; documents stay ascending

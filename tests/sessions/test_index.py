@@ -208,3 +208,18 @@ def test_folded_and_restored_index_scores_as_rank_bm25() -> None:
         MemoryIndex.restore(terms, {**arrays, "offsets": offsets})
     with pytest.raises(ValueError):
         MemoryIndex.restore(terms[:-1], arrays)
+
+
+def test_a_batch_indexes_as_its_documents_one_at_a_time() -> None:
+    """``add_many`` (a replayed tail, in termcount's shape) scores as ``add`` of each; the
+    shared vocabulary holds terms the batch lacks, which take no number."""
+    corpus, _ = CORPORA["plain"]
+    vocabulary = ["unused", *sorted({w for d in corpus for w in d}), "also-unused"]
+    at = {w: k for k, w in enumerate(vocabulary)}
+    rows = [(i, at[w], n) for i, d in enumerate(corpus) for w, n in Counter(d).items()]
+    doc, term, tf = (np.array(col, dtype=np.uint32) for col in zip(*rows, strict=True))
+    batch = MemoryIndex()
+    batch.add_many(doc, term, tf, np.array([len(d) for d in corpus]), vocabulary)
+    for query in (["cache", "server"], ["token", "unused"], ["config"]):
+        assert np.allclose(batch.scores(query), ours(corpus, query))
+    assert "unused" not in batch._terms._added and "also-unused" not in batch._terms._added
