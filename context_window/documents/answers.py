@@ -46,7 +46,6 @@ class Answer:
     """The hits chosen for a query, best first, and what was left out."""
 
     hits: tuple[LineHit, ...]
-    chunks_matched: int
     omitted: int  # matching passages that did not fit, or beyond the hit limit
     used_tokens: int
     budget: int
@@ -138,7 +137,7 @@ def answer(
         used, short = _cut_to_fit(ranked[0], every, chosen, counter, room)
         omitted = len(ranked) - 1
     out = [_header_of(every[k].hit, sorted(ps, key=lambda p: p.first)) for k, ps in chosen.items()]
-    return Answer(tuple(out), len(groups), omitted, used + reserve, budget, short)
+    return Answer(tuple(out), omitted, used + reserve, budget, short)
 
 
 def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list[Scored]:
