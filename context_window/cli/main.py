@@ -106,23 +106,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _unknown_flag(parser: argparse.ArgumentParser, words: Sequence[str]) -> str | None:
     """Names the first ``--flag`` among ``words`` that neither ``parser`` nor its commands
-    take, with the flags meant: argparse would read ``--budg 900``'s value as a command."""
-    parsers = [parser]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            parsers += action.choices.values()
-    known = {name for p in parsers for action in p._actions for name in action.option_strings}
+    take, or that only a command takes but comes before it: argparse would read
+    ``--budg 900``'s value as a command."""
+    main_flags = set(parser._option_string_actions)
+    of: dict[str, list[str]] = {name: [] for name in main_flags}  # flag: the commands taking it
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command, p in sub.choices.items():
+        for flag in p._option_string_actions:
+            of.setdefault(flag, []).append(command)
+    first = None  # the first command name: every word before it is the main parser's
     for word in words:
         name = word.split("=", 1)[0]
         if word == "--":  # what follows is not a flag
             return None
-        if name.startswith("--") and " " not in word and name not in known:
+        first = first or (word if word in sub.choices else None)
+        if not name.startswith("--") or " " in word:
+            continue
+        if name not in of:
             import difflib
 
-            near = sorted(k for k in known if k.startswith(name)) or [
-                f"--{k}" for k in difflib.get_close_matches(name[2:], [k[2:] for k in known], 2)
+            near = sorted(k for k in of if k.startswith(name)) or [
+                f"--{k}" for k in difflib.get_close_matches(name[2:], [k[2:] for k in of], 2)
             ]
             return f"unknown flag {name}" + (f"; did you mean {' or '.join(near)}?" if near else "")
+        if first is None and name not in main_flags:
+            return f"{name} is a flag of {', '.join(of[name])}: write it after the command"
     return None
 
 

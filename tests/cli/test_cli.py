@@ -50,6 +50,8 @@ def test_version() -> None:
         (["--budg", "900"], {}, "unknown flag --budg; did you mean --budget?"),
         (["sessions", "--budg=900"], {}, "unknown flag --budg; did you mean --budget?"),
         (["--dat-dir", "x"], {}, "unknown flag --dat-dir; did you mean --data-dir?"),
+        # a command's flag before the command: argparse would take its value as the command
+        (["--to", "3", "window", "d"], {}, "--to is a flag of window: write it after the command"),
         (["--budget", "abc"], {}, "--budget"),
         (["--budget", "0"], {}, "budget must be between"),
         (["--chunk-tokens", "100", "--chunk-overlap", "100"], {}, "chunk-overlap"),
