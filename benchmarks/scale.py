@@ -223,6 +223,7 @@ def bench_restart(data_dir: Path, entries: int) -> dict[str, Any]:
     texts = session_texts(entries + tail, seed=entries + 5)
     journal = write_session(data_dir, sid, texts[:entries])
     out: dict[str, Any] = {"entries": entries, "killed_tail": tail}
+    cmd = [sys.executable, "-m", "benchmarks.scale", "open", str(data_dir), sid]
     for label in ("replay", "snapshot", "killed"):
         if label == "killed":
             appended = write_session(data_dir / "tail", sid, texts[entries:], first_seq=entries + 1)
@@ -230,7 +231,6 @@ def bench_restart(data_dir: Path, entries: int) -> dict[str, Any]:
                 f.write(appended.read_bytes())
         runs = []
         for _ in range(1 if label == "replay" else RESTART_RUNS):
-            cmd = [sys.executable, "-m", "benchmarks.scale", "open", str(data_dir), sid]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
             if proc.returncode != 0:
                 raise RuntimeError(f"opening {sid} failed:\n{proc.stderr[-3000:]}")
