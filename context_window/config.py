@@ -204,9 +204,6 @@ def default_of(name: str) -> Any:
     return Settings.__dataclass_fields__[name].default
 
 
-ENV_VARS: dict[str, str] = {f.name: spec.env for f, spec, _ in declared()}
-
-
 def default_data_dir() -> Path:
     """The platform's user data directory for context-window."""
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
