@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
+import io
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +15,7 @@ import pytest
 from helpers import run_cli
 
 from context_window import __version__
-from context_window.cli.main import build_parser, settings_flags, startup_line
+from context_window.cli.main import _unknown_flag, build_parser, settings_flags, startup_line
 from context_window.config import load_settings
 
 FLAGS = (
@@ -76,6 +80,34 @@ def test_invalid_configuration_exits_2_with_one_line(
     assert lines[0].startswith("context-window: error:")
     assert needle in lines[0]
     assert "Traceback" not in p.stderr
+
+
+def test_the_flag_check_refuses_only_lines_argparse_refuses() -> None:
+    """3,000 random lines (any words, a command, then mostly its own flags; no --help or
+    --version): a line the pre-scan names never parses, and many of each kind exist."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {f for p in [parser, *sub.choices.values()] for f in p._option_string_actions}
+    values = ["3", "x", "0.5", "md", "a b", "--", "--bogus", "--to=3", "--limit=2"]
+    words = sorted(flags - {"-h", "--help", "--version"}) + list(sub.choices) + values
+    rng = random.Random(7)
+    named = parsed = 0
+    for _ in range(3000):
+        command = rng.choice(list(sub.choices))
+        own = [f for f in sub.choices[command]._option_string_actions if f.startswith("--")]
+        after = [f for f in own if f != "--help"] + values
+        line = [rng.choice(words) for _ in range(rng.randint(0, 3))] + [command]
+        line += [rng.choice(after) for _ in range(rng.randint(0, 4))]
+        message = _unknown_flag(parser, line)
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                parser.parse_args(line)
+            except SystemExit:
+                named += message is not None
+                continue
+        assert message is None, (line, message)
+        parsed += 1
+    assert named > 500 and parsed > 100, (named, parsed)
 
 
 def test_data_dir_that_is_a_file_exits_2(tmp_path: Path) -> None:
