@@ -57,7 +57,7 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
         real = candidate.resolve(strict=True)
     except FileNotFoundError:
         raise unavailable(file_path, roots) from None
-    except (OSError, RuntimeError):  # a symlink loop, a name too long …
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a long name, a lone surrogate
         raise unavailable(file_path, roots) from None
     if not _inside(real, real_roots):
         raise unavailable(file_path, roots)

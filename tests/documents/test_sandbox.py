@@ -118,6 +118,15 @@ async def test_nul_byte_is_refused(tmp_path: Path, root: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_name_no_file_system_can_hold_is_missing(tmp_path: Path, root: Path) -> None:
+    # JSON can carry a lone surrogate; a path cannot: the answer is "missing", not a crash.
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="ok\ud800.txt")
+    assert "no readable file" in msg and "internal" not in msg
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
 async def test_directory_is_refused(tmp_path: Path, root: Path) -> None:
     async with serve(tmp_path, [root]) as c:
         msg = await refused(c, file_path="sub")
