@@ -3,7 +3,9 @@
 The SDK's reader drops a line that is not valid JSON-RPC 2.0 (a BOM, an array of
 params, a lone surrogate), leaving the client waiting. Each line is checked first:
 accepted lines pass unchanged, others get a JSON-RPC error with their id (or null) and
-a line on stderr; notifications are only logged.
+a line on stderr; notifications are only logged. The SDK cancels the requests still
+running at the end of input, losing their answers and some of their work, so the end
+is passed on only once every request read has been answered or cancelled.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 _BOM = "\ufeff"
 
 
-def screen(line: str) -> str | types.JSONRPCError | None:
-    """``line`` if the SDK will accept it, else the error to answer (None: nothing to answer)."""
+def screen(line: str) -> tuple[types.JSONRPCMessage | None, types.JSONRPCError | None]:
+    """(the message, None) if the SDK will accept ``line``, else (None, the error to
+    answer); (None, None) when there is nothing to answer."""
     try:
         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:  # pydantic's ValidationError is a ValueError
@@ -36,22 +39,21 @@ def screen(line: str) -> str | types.JSONRPCError | None:
     else:
         # An id the SDK cannot take (9.5, true) would be a notification it never answers.
         if not isinstance(message, types.JSONRPCNotification) or '"id"' not in line:
-            return line
+            return message, None
         try:
             raw = json.loads(line)
         except (ValueError, RecursionError):
             raw = None
         if not (isinstance(raw, dict) and "id" in raw):
-            return line
+            return message, None
     code, why, rid = _diagnose(line)
     if rid is _NOTIFICATION:
         log.warning("dropped a notification that is not valid JSON-RPC 2.0: %s", why)
-        return None
+        return None, None
     log.warning("answered an unreadable request with an error: %s", why)
     request_id = rid if _usable_id(rid) else None
-    return types.JSONRPCError(
-        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=why)
-    )
+    error = types.ErrorData(code=code, message=why)
+    return None, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
 
 
 _NOTIFICATION = object()  # the line is a message without an id
@@ -120,6 +122,8 @@ class ScreenedLines:
 
     def __init__(self) -> None:
         self.errors_in, self.errors = anyio.create_memory_object_stream[types.JSONRPCError](64)
+        self.unanswered: set[types.RequestId] = set()
+        self._all_answered = anyio.Event()
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -131,11 +135,47 @@ class ScreenedLines:
             while line := await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True):
                 if not line.strip():
                     continue
-                verdict = screen(line)
-                if isinstance(verdict, str):
-                    yield verdict
-                elif verdict is not None:
-                    await self.errors_in.send(verdict)
+                message, error = screen(line)
+                if isinstance(message, types.JSONRPCRequest):
+                    self.unanswered.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and (
+                    message.method == "notifications/cancelled"  # the SDK answers none
+                ):
+                    self.answered((message.params or {}).get("requestId"))
+                if message is not None:
+                    yield line
+                elif error is not None:
+                    await self.errors_in.send(error)
+        while self.unanswered:
+            self._all_answered = anyio.Event()
+            await self._all_answered.wait()
+
+    def answered(self, request_id: Any) -> None:
+        """Cross ``request_id`` off; the end of input waits for none to be left."""
+        self.unanswered.discard(request_id)
+        if not self.unanswered:
+            self._all_answered.set()
+
+
+class _Answers:
+    """The server's write stream, telling ``lines`` of each answer that goes out."""
+
+    def __init__(self, inner: Any, lines: ScreenedLines) -> None:
+        self.inner, self.lines = inner, lines
+
+    async def send(self, item: SessionMessage) -> None:
+        await self.inner.send(item)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self.lines.answered(item.message.id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> _Answers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.aclose()
 
 
 async def serve_stdio(run: Any, options: Any) -> None:
@@ -150,5 +190,5 @@ async def serve_stdio(run: Any, options: Any) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(answer_errors)
-            await run(read_stream, write_stream, options)
+            await run(read_stream, _Answers(write_stream, lines), options)
             tg.cancel_scope.cancel()

@@ -112,3 +112,51 @@ def test_every_request_with_an_id_is_answered(tmp_path: Path) -> None:
         assert server.proc.stdin is not None
         server.proc.stdin.close()
         server.proc.wait(timeout=20)
+
+
+def call(rid: int, name: str, arguments: dict[str, Any]) -> str:
+    params = {"name": name, "arguments": arguments}
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+
+
+def test_requests_still_running_at_the_end_of_input_are_answered(tmp_path: Path) -> None:
+    # `cat requests | context-window`: input ends while the calls run. The SDK cancels
+    # them there, and most answers were lost (39 of 102 in one run); the writes were not.
+    server = Pipe(tmp_path / "data")
+    server.send(json.dumps(INIT).encode())
+    server.wait_for(1)
+    server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    server.send(call(2, "context_open", {"session_id": "batch"}).encode())
+    server.wait_for(2)
+    notes = range(10, 90)
+    server.send(
+        b"\n".join(
+            call(i, "context_append", {"session_id": "batch", "text": f"note {i}"}).encode()
+            for i in notes
+        )
+    )
+    assert server.proc.stdin is not None
+    server.proc.stdin.close()
+    assert server.proc.wait(timeout=60) == 0
+    time.sleep(0.2)  # the reader thread's last lines
+    answers = {m["id"]: m for m in server.out[2:]}
+    assert sorted(answers) == list(notes), server.out
+    assert all(not m["result"]["isError"] for m in answers.values())
+    journal = (tmp_path / "data" / "sessions" / "batch" / "entries.jsonl").read_text()
+    assert len(journal.splitlines()) == len(notes)
+
+
+def test_a_request_cancelled_before_the_end_of_input_does_not_hold_the_exit(
+    tmp_path: Path,
+) -> None:
+    server = Pipe(tmp_path / "data")
+    server.send(json.dumps(INIT).encode())
+    server.wait_for(1)
+    server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    text = "# Big\n\n" + "a line of words about ports and disks\n" * 200_000
+    server.send(call(2, "doc_ingest", {"text": text}).encode())
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+    server.send(json.dumps(cancel).encode())
+    assert server.proc.stdin is not None
+    server.proc.stdin.close()
+    assert server.proc.wait(timeout=60) == 0
