@@ -61,9 +61,9 @@ app.run("stdio")
 """
 
 
-def one_start(data_dir: Path, baseline: bool = False) -> tuple[float, float, int, float]:
-    """Seconds to initialize's and to tools/list's answers, tools listed, server CPU seconds
-    (``baseline``: of the one-tool MCPServer instead)."""
+def one_start(data_dir: Path, baseline: bool = False) -> tuple[float, float, int, float, float]:
+    """Seconds to initialize's and to tools/list's answers, tools listed, server CPU seconds,
+    seconds from closing stdin to the exit (``baseline``: of the one-tool MCPServer)."""
     cpu0 = _children_cpu()
     cmd = [sys.executable, "-m", "context_window", "--no-llm", "--data-dir", str(data_dir)]
     if baseline:
@@ -83,13 +83,14 @@ def one_start(data_dir: Path, baseline: bool = False) -> tuple[float, float, int
         tools = _answer(proc.stdout, 2)["result"]["tools"]
         t_list = time.perf_counter() - t0
     finally:
+        closed = time.perf_counter()
         proc.stdin.close()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return t_init, t_list, len(tools), _children_cpu() - cpu0
+    return t_init, t_list, len(tools), _children_cpu() - cpu0, time.perf_counter() - closed
 
 
 def bench_startup(runs: int) -> dict[str, Any]:
@@ -114,4 +115,6 @@ def bench_startup(runs: int) -> dict[str, Any]:
         "server_cpu_median_s": round(statistics.median(s[3] for s in samples), 3),
         "one_tool_median_s": round(base, 3),
         "over_one_tool": round(statistics.median(lists) / base, 2),
+        "stdin_closed_to_exit_s": round(statistics.median(s[4] for s in samples), 3),
+        "one_tool_stdin_closed_to_exit_s": round(statistics.median(b[4] for b in baseline), 3),
     }

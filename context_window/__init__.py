@@ -6,6 +6,7 @@ import each other, and importing the package stays cheap.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def serve(settings: Settings) -> None:
         from context_window.server.app import serve as serve_mcp
 
+        gc.freeze()  # what the imports made lives as long as the process: never scan it again
         _stop_on_signals_while_starting(importing=False)
         serve_mcp(settings)
 

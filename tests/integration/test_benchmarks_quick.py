@@ -49,6 +49,8 @@ METRICS = {
     "documents.restart.peak_rss_mb",
     "server.start_to_tools_list_s",
     "server.over_one_tool_server",
+    "server.stdin_closed_to_exit_s",
+    "server.one_tool_stdin_closed_to_exit_s",
     "engines.rebuild.p50_ms",
     "engines.fts5.first_query_ms",
     "engines.fts5.p50_ms",
