@@ -8,6 +8,7 @@ re-indexed from its stored source.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import shutil
 import time
@@ -156,6 +157,8 @@ def _ingest(
                 write(work, spec)
                 if old_meta is not None:
                     kept = _carry_over(store.root / final_id, work)
+                # What was ingested, though another process may forget it once in place.
+                doc = DocInfo.from_meta(json.loads((work / "meta.json").read_bytes()))
                 replaced = _commit(store, work, final_id)
             except BaseException:
                 shutil.rmtree(work, ignore_errors=True)
@@ -164,7 +167,6 @@ def _ingest(
         if made:
             shutil.rmtree(store.root, ignore_errors=True)
         raise storage_error(exc, f"cannot ingest document {final_id!r}") from exc
-    doc = store.get(final_id)
     dup = same.id if same is not None else None
     return Ingested(doc, dup, False, replaced, time.perf_counter() - started, kept)
 
