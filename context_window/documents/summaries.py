@@ -7,6 +7,7 @@ words, and says so. Cached in meta.json; chunk summaries in ``summaries.jsonl``.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -88,8 +89,9 @@ async def summarize_range(
     target_tokens: int,
     refresh: bool,
 ) -> DocSummary:
-    """Summarize a range (or the whole document, whose summary is cached in meta.json)."""
-    doc = store.get(doc_id)
+    """Summarize a range (or the whole document, whose summary is cached in meta.json).
+    The store's calls run in worker threads: they may wait for another process's lock."""
+    doc = await anyio.to_thread.run_sync(store.get, doc_id)
     lo, hi = doc.span(first, last)
     whole = lo == 0 and hi == doc.chunks - 1
     cached = doc.summary if whole else None
@@ -118,8 +120,9 @@ async def summarize_range(
             "made_at": time.time(),
             "sha256": doc.sha256,  # the text it summarizes (see update_meta's expect)
         }
+        cache = functools.partial(store.update_meta, doc.id, expect=doc.sha256, summary=record)
         try:
-            doc = store.update_meta(doc.id, expect=doc.sha256, summary=record)
+            doc = await anyio.to_thread.run_sync(cache)
         except OSError as exc:  # a read-only data dir: summarized, not cached
             if not unwritable(exc):
                 raise
@@ -129,27 +132,35 @@ async def summarize_range(
 async def chunk_lines(
     store: DocumentStore, summarizer: Summarizer, doc: DocInfo, indices: list[int]
 ) -> dict[int, str]:
-    """One-line summaries of the given chunks, from the cache or made now and cached."""
+    """One-line summaries of the given chunks, from the cache or made now and cached
+    (files are read and written in worker threads, as in ``summarize_range``)."""
     journal = Journal(store.root / doc.id / "summaries.jsonl")
-    cache = _cached_lines(journal)
+    cache = await anyio.to_thread.run_sync(_cached_lines, journal)
+    missing = [i for i in indices if i not in cache]
+    chunks = await anyio.to_thread.run_sync(
+        lambda: [store.read_chunks(doc, i, i)[0] for i in missing]
+    )
     fresh = []
-    for i in indices:
-        if i in cache:
-            continue
-        chunk = store.read_chunks(doc, i, i)[0]
+    for chunk in chunks:
         made = await summarizer.summarize(chunk.text, LINE_TOKENS, kind="document section")
         line = " ".join(made.text.split())
-        record = {"index": i, "text": line, "method": made.method}
-        cache[i] = record
-        fresh.append(record)
-    if fresh and journal.path.parent.is_dir():  # not into a forgotten document's folder
-        try:
-            with journal.locked():
-                journal.read_new()
-                journal.write(fresh)
-        except (StorageError, OSError):  # a read-only data dir: made, not cached
-            pass
+        cache[chunk.index] = {"index": chunk.index, "text": line, "method": made.method}
+        fresh.append(cache[chunk.index])
+    if fresh:
+        await anyio.to_thread.run_sync(_keep_lines, journal, fresh)
     return {i: str(cache[i]["text"]) for i in indices}
+
+
+def _keep_lines(journal: Journal, fresh: list[dict[str, Any]]) -> None:
+    """Add ``fresh`` to the cache, never into a forgotten document's folder."""
+    if not journal.path.parent.is_dir():
+        return
+    try:
+        with journal.locked():
+            journal.read_new()
+            journal.write(fresh)
+    except (StorageError, OSError):  # a read-only data dir: made, not cached
+        pass
 
 
 def _cached_lines(journal: Journal) -> dict[int, dict[str, Any]]:
