@@ -53,8 +53,9 @@ def _catalog(settings: Settings) -> Catalog:
     from context_window.tokens import TokenCounter
 
     if not settings.data_dir.is_dir():
+        state = "is not a directory" if settings.data_dir.exists() else "does not exist"
         raise ConfigError(
-            f"the data dir {settings.data_dir} does not exist: check --data-dir or "
+            f"the data dir {settings.data_dir} {state}: check --data-dir or "
             "CTX_DATA_DIR (a server creates it on its first start)"
         )
     return Catalog(settings.data_dir, TokenCounter(settings.token_ratio), settings.budget)

@@ -283,9 +283,12 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
     except OSError as exc:
         from context_window.storage import CHOOSE_ANOTHER
 
+        # "File exists" or "Not a directory" would leave the user guessing which file.
+        blocked = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = "a file is in the way" if blocked else exc.strerror
         sys.stderr.write(
             f"context-window: error: cannot create data dir {settings.data_dir}: "
-            f"{exc.strerror} ({CHOOSE_ANOTHER})\n"
+            f"{why} ({CHOOSE_ANOTHER})\n"
         )
         return 2
     try:

@@ -110,13 +110,15 @@ def test_the_flag_check_refuses_only_lines_argparse_refuses() -> None:
     assert named > 500 and parsed > 100, (named, parsed)
 
 
-def test_data_dir_that_is_a_file_exits_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_data_dir_that_is_a_file_exits_2(tmp_path: Path, under: str) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    p = run("--data-dir", str(blocker / "sub"))
+    p = run("--data-dir", str(blocker / under))
     assert p.returncode == 2
     (line,) = p.stderr.splitlines()
-    assert "cannot create data dir" in line and str(blocker) in line
+    assert f"cannot create data dir {blocker / under}: a file is in the way" in line
+    assert blocker.read_text() == "x"
 
 
 def test_relative_data_dir_is_created_and_logged_absolute(tmp_path: Path) -> None:

@@ -211,6 +211,10 @@ def test_a_mistyped_data_dir_is_named_not_read_as_empty(
     assert captured.out == ""
     assert f"the data dir {typo} does not exist: check --data-dir" in captured.err
     assert not typo.exists()
+    typo.write_text("x")  # a file where the data dir should be
+    assert main([*command.split(), "--data-dir", str(typo)]) == 2
+    assert f"the data dir {typo} is not a directory: check" in capsys.readouterr().err
+    assert typo.read_text() == "x"
 
 
 def test_docs_names_a_document_it_skips(
