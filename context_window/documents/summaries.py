@@ -136,16 +136,16 @@ async def chunk_lines(
     (files are read and written in worker threads, as in ``summarize_range``)."""
     journal = Journal(store.root / doc.id / "summaries.jsonl")
     cache = await anyio.to_thread.run_sync(_cached_lines, journal)
-    missing = [i for i in indices if i not in cache]
-    chunks = await anyio.to_thread.run_sync(
-        lambda: [store.read_chunks(doc, i, i)[0] for i in missing]
-    )
     fresh = []
-    for chunk in chunks:
+    for i in indices:
+        if i in cache:
+            continue
+        chunk = (await anyio.to_thread.run_sync(store.read_chunks, doc, i, i))[0]
         made = await summarizer.summarize(chunk.text, LINE_TOKENS, kind="document section")
         line = " ".join(made.text.split())
-        cache[chunk.index] = {"index": chunk.index, "text": line, "method": made.method}
-        fresh.append(cache[chunk.index])
+        record = {"index": i, "text": line, "method": made.method}
+        cache[i] = record
+        fresh.append(record)
     if fresh:
         await anyio.to_thread.run_sync(_keep_lines, journal, fresh)
     return {i: str(cache[i]["text"]) for i in indices}
