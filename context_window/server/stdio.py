@@ -21,6 +21,8 @@ from typing import Any, cast
 import anyio
 import mcp_types as types
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 
 log = logging.getLogger("context_window.server.stdio")
@@ -137,11 +139,11 @@ class ScreenedLines:
                     continue
                 message, error = screen(line)
                 if isinstance(message, types.JSONRPCRequest):
-                    self.unanswered.add(message.id)
+                    self.unanswered.add(coerce_request_id(message.id))
                 elif isinstance(message, types.JSONRPCNotification) and (
                     message.method == "notifications/cancelled"  # the SDK answers none
                 ):
-                    self.answered((message.params or {}).get("requestId"))
+                    self.answered(cancelled_request_id_from_params(message.params))
                 if message is not None:
                     yield line
                 elif error is not None:
@@ -150,9 +152,11 @@ class ScreenedLines:
             self._all_answered = anyio.Event()
             await self._all_answered.wait()
 
-    def answered(self, request_id: Any) -> None:
-        """Cross ``request_id`` off; the end of input waits for none to be left."""
-        self.unanswered.discard(request_id)
+    def answered(self, request_id: types.RequestId | None) -> None:
+        """Cross ``request_id`` off, matched as the SDK matches ids ("7" is 7); the end of
+        input waits for none to be left."""
+        if request_id is not None:
+            self.unanswered.discard(coerce_request_id(request_id))
         if not self.unanswered:
             self._all_answered.set()
 
@@ -175,7 +179,7 @@ class _Answers:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.inner.aclose()
+        await self.aclose()
 
 
 async def serve_stdio(run: Any, options: Any) -> None:

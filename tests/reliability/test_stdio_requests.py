@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
 from helpers import INIT
 
 # (raw line, the id it carries, the JSON-RPC error code expected)
@@ -114,7 +115,7 @@ def test_every_request_with_an_id_is_answered(tmp_path: Path) -> None:
         server.proc.wait(timeout=20)
 
 
-def call(rid: int, name: str, arguments: dict[str, Any]) -> str:
+def call(rid: int | str, name: str, arguments: dict[str, Any]) -> str:
     params = {"name": name, "arguments": arguments}
     return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
 
@@ -137,7 +138,10 @@ def test_requests_still_running_at_the_end_of_input_are_answered(tmp_path: Path)
     )
     assert server.proc.stdin is not None
     server.proc.stdin.close()
-    assert server.proc.wait(timeout=60) == 0
+    try:
+        assert server.proc.wait(timeout=60) == 0
+    finally:
+        server.proc.kill()  # a server that still waits must not outlive the test
     time.sleep(0.2)  # the reader thread's last lines
     answers = {m["id"]: m for m in server.out[2:]}
     assert sorted(answers) == list(notes), server.out
@@ -146,17 +150,26 @@ def test_requests_still_running_at_the_end_of_input_are_answered(tmp_path: Path)
     assert len(journal.splitlines()) == len(notes)
 
 
+# The request's id and the cancel's: the SDK matches "2" and 2 as one id.
+@pytest.mark.parametrize(("rid", "cancelled"), [(2, 2), ("2", 2)])
 def test_a_request_cancelled_before_the_end_of_input_does_not_hold_the_exit(
-    tmp_path: Path,
+    tmp_path: Path, rid: int | str, cancelled: int
 ) -> None:
     server = Pipe(tmp_path / "data")
     server.send(json.dumps(INIT).encode())
     server.wait_for(1)
     server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
     text = "# Big\n\n" + "a line of words about ports and disks\n" * 200_000
-    server.send(call(2, "doc_ingest", {"text": text}).encode())
-    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+    server.send(call(rid, "doc_ingest", {"text": text}).encode())
+    cancel = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": cancelled},
+    }
     server.send(json.dumps(cancel).encode())
     assert server.proc.stdin is not None
     server.proc.stdin.close()
-    assert server.proc.wait(timeout=60) == 0
+    try:
+        assert server.proc.wait(timeout=60) == 0
+    finally:
+        server.proc.kill()  # a server that still waits must not outlive the test
