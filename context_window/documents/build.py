@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from context_window.documents.chunking import chunk_text
 from context_window.documents.index import IndexBuilder
-from context_window.documents.sandbox import decode_utf8, not_utf8
+from context_window.documents.sandbox import decode_utf8, not_utf8, utf16_error
 from context_window.documents.segments import (
     Part,
     Plan,
@@ -212,6 +212,8 @@ def copy_source(blocks: Iterable[bytes], dest: Path, what: str) -> Copied:
     head = tail = ""  # the text's first characters; the last ones so far
     with dest.open("xb") as out:
         for block in blocks:
+            if n == 0 and (utf16 := utf16_error(what, block[:4096])):
+                raise utf16
             digest.update(block)
             out.write(block)
             text = _decode(decoder, block, n, what)

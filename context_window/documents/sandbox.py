@@ -8,6 +8,7 @@ between check and read is refused (docs/storage.md).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import stat
@@ -206,6 +207,8 @@ def decode_utf8(data: bytes, what: str) -> str:
 
 def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
     """The error for text not UTF-8 at ``offset``: iconv advice if it looks like text."""
+    if utf16 := utf16_error(what, around):
+        return utf16
     binary = b"\x00" in around or sum(b < 32 and b not in _TEXT_CONTROLS for b in around) > (
         len(around) // 100
     )
@@ -217,6 +220,23 @@ def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
     return InvalidInput(
         f"{what} is not valid UTF-8 at byte offset {offset}; it looks like text in another "
         "encoding: convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+    )
+
+
+def utf16_error(what: str, data: bytes) -> InvalidInput | None:
+    """The error for ``data`` that reads as UTF-16: a byte-order mark, or (Latin text) a
+    zero byte in most code units, always on the same side."""
+    units = len(data) // 2
+    even, odd = data[0::2].count(0), data[1::2].count(0)
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    elif units >= 16 and max(even, odd) * 2 > units and min(even, odd) * 8 < units:
+        encoding = "utf-16be" if even > odd else "utf-16le"
+    else:
+        return None
+    return InvalidInput(
+        f"{what} is UTF-16 text, and only UTF-8 is read: convert it first "
+        f"(e.g. iconv -f {encoding} -t utf-8, or PowerShell's Out-File -Encoding utf8)"
     )
 
 

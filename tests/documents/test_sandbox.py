@@ -171,6 +171,42 @@ async def test_a_binary_file_is_named_as_such_without_the_iconv_advice(
     nothing_written(tmp_path)
 
 
+LOG = "".join(f"step {i}: compiled module_{i} ok\n" for i in range(300)) + "ERROR: link failed\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "advice"),
+    [  # Windows PowerShell's ">" writes the first; without a mark, iconv needs the order
+        ("utf-16", "iconv -f utf-16 -t utf-8"),
+        ("utf-16-be", "iconv -f utf-16be -t utf-8"),
+        ("utf-16-le", "iconv -f utf-16le -t utf-8"),
+    ],
+)
+async def test_utf16_is_named_with_the_conversion(
+    tmp_path: Path, root: Path, encoding: str, advice: str
+) -> None:
+    (root / "build.log").write_bytes(LOG.encode(encoding))
+    (root / "cjk.log").write_text("日本語のログ。" * 300, encoding=encoding)
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="build.log")
+        cjk = await refused(c, file_path="cjk.log")
+    assert "is UTF-16 text" in msg and advice in msg and "binary" not in msg
+    if encoding == "utf-16":  # no zero bytes to go by without the mark
+        assert "is UTF-16 text" in cjk and advice in cjk
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_log_with_a_block_of_zero_bytes_is_still_text(tmp_path: Path, root: Path) -> None:
+    (root / "crashed.log").write_bytes(bytes(8192) + LOG.encode())  # as a crash can leave it
+    async with serve(tmp_path, [root]) as c:
+        res = await c.call_tool("doc_ingest", {"file_path": "crashed.log"})
+        assert not res.is_error, res.content
+        hit = await c.call_tool("doc_search", {"query": "link failed"})
+    assert "ERROR: link failed" in hit.content[0].text  # type: ignore[union-attr]
+
+
 @pytest.mark.anyio
 async def test_over_the_size_limit_is_refused_before_reading(tmp_path: Path, root: Path) -> None:
     (root / "big.txt").write_text("word " * 200)
