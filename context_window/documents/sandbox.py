@@ -52,7 +52,7 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
     if "\x00" in file_path:
         raise AccessDenied("file_path contains a NUL byte; refusing it")
     real_roots = [root.resolve() for root in roots]
-    given = Path(file_path)
+    given = Path(file_path).expanduser()  # a model writes ~/logs/x.log as a shell would
     candidate = given if given.is_absolute() else roots[0] / given
     try:
         real = candidate.resolve(strict=True)

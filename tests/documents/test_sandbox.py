@@ -171,6 +171,20 @@ async def test_a_binary_file_is_named_as_such_without_the_iconv_advice(
     nothing_written(tmp_path)
 
 
+@pytest.mark.anyio
+async def test_a_leading_tilde_is_the_home_directory(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "secret.txt").write_text("beside the root, not in it\n")
+    async with serve(tmp_path, [root]) as c:
+        ok = await c.call_tool("doc_ingest", {"file_path": "~/root/sub/deep.txt"})
+        outside = await refused(c, file_path="~/secret.txt")
+    assert not ok.is_error, ok.content
+    assert "deep.txt" in ok.content[0].text  # type: ignore[union-attr]
+    assert "no readable file '~/secret.txt'" in outside  # the roots still bound it
+
+
 LOG = "".join(f"step {i}: compiled module_{i} ok\n" for i in range(300)) + "ERROR: link failed\n"
 
 
