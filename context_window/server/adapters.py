@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import logging
@@ -110,6 +111,29 @@ def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> st
         if line not in lines:
             lines.append(line)
     return "\n".join(lines)
+
+
+def ignored_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> str:
+    """A note on the arguments ``tool`` lacks, which it ignores ('' when none): a model
+    that writes ``pin`` for ``pinned`` must learn it, not find its entry unpinned."""
+    names = list(schema.get("properties", {}))
+    notes = []
+    for key in [k for k, v in arguments.items() if k not in names and v is not None][:5]:
+        close = _close(key, names)
+        mean = f"; did you mean {close}?" if close else f"; it takes {', '.join(names)}"
+        notes.append(f"\n(ignored {key!r:.60}: not a parameter of {tool}{mean})")
+    return "".join(notes)
+
+
+def _close(key: str, names: list[str]) -> str:
+    """The parameter ``key`` most likely meant: one a prefix of the other (``pin``,
+    ``sessionId``), else a near spelling; '' when none is near."""
+    bare = key.lower().replace("_", "")
+    for name in names:
+        plain = name.replace("_", "")
+        if bare and (plain.startswith(bare) or bare.startswith(plain)):
+            return name
+    return next(iter(difflib.get_close_matches(key, names, n=1, cutoff=0.75)), "")
 
 
 def _flat(spec: dict[str, Any]) -> dict[str, Any]:

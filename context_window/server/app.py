@@ -21,11 +21,17 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Tool
+from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, TextContent, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
-from context_window.server.adapters import READ_ONLY, argument_errors, guarded, output_schema
+from context_window.server.adapters import (
+    READ_ONLY,
+    argument_errors,
+    guarded,
+    ignored_arguments,
+    output_schema,
+)
 from context_window.server.document_tools import register_document_tools
 from context_window.server.engine import SAVE_SECONDS, Engine
 from context_window.server.session_tools import register_session_tools
@@ -79,11 +85,13 @@ class SlimServer(MCPServer):
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
         """Run a tool; an unknown tool is a protocol error (-32602) naming the tools."""
-        if self._tool_input_schema(name) is None:
+        schema = self._tool_input_schema(name)
+        if schema is None:
             known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
             raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
+        ignored = ignored_arguments(name, arguments or {}, schema)
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(exc, UnexpectedToolError):
@@ -96,6 +104,11 @@ class SlimServer(MCPServer):
             if message.startswith(prefix):
                 raise ToolError(message[len(prefix) :]) from cause
             raise
+        if ignored and isinstance(result, CallToolResult) and result.content:
+            first = result.content[0]
+            if isinstance(first, TextContent):
+                first.text += ignored
+        return result
 
     async def run_stdio_async(self) -> None:
         """stdio through ``context_window.server.stdio``: every request with an id is answered."""

@@ -82,6 +82,25 @@ async def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(
 
 
 @pytest.mark.anyio
+async def test_an_argument_the_tool_lacks_is_named_in_a_note(settings: SettingsFactory) -> None:
+    async with Client(build_server(Service(settings()))) as c:
+        await c.call_tool("context_open", {"session_id": "s"})
+        pin = await c.call_tool("context_append", {"session_id": "s", "text": "x", "pin": True})
+        kind = await c.call_tool("context_append", {"session_id": "s", "text": "y", "kind": "a"})
+        none = await c.call_tool("context_append", {"session_id": "s", "text": "z", "kind": None})
+        recall = await c.call_tool("context_recall", {"session_id": "s", "budget": 300})
+    texts = [r.content[0].text for r in (pin, kind, none, recall)]  # type: ignore[union-attr]
+    assert not any(r.is_error for r in (pin, kind, none, recall))  # ignored, as the schema allows
+    assert texts[0].endswith(
+        "(ignored 'pin': not a parameter of context_append; did you mean pinned?)"
+    )
+    assert texts[1].endswith("it takes session_id, text, role, tags, pinned, ttl_days)")
+    assert "ignored" not in texts[2]  # a null says nothing
+    assert texts[3].endswith("did you mean budget_tokens?)")
+    assert "ignored" not in json.dumps(pin.structured_content)  # the data stay as they are
+
+
+@pytest.mark.anyio
 async def test_every_tool_has_a_title_and_true_annotations(settings: SettingsFactory) -> None:
     async with Client(build_server(Service(settings()))) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
