@@ -254,6 +254,11 @@ def storage_error(exc: OSError, what: str) -> StorageError:
             "readable and writable for it (chown it to that uid), or, in a container with a "
             "bind mount, run it as the folder's owner (docker run --user UID:GID)"
         )
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return StorageError(
+            f"{what}: too many open files; nothing is damaged. Raise the limit of open files "
+            "for this server (ulimit -n 4096 before it starts; docker run --ulimit nofile=4096)"
+        )
     reason = {
         errno.ENOSPC: "no space left on the device (the disk is full)",
         errno.EDQUOT: "over the disk quota",

@@ -11,16 +11,24 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import mmap
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
 from context_window.errors import REINGEST, StorageError
 
+IN_MEMORY_BYTES = 1 << 20  # a file up to this size is read, not memory-mapped
+# Python keeps a duplicate descriptor open for each mapping unless told not to (3.13+):
+# a search of every document maps all their indexes at once.
+_UNTRACKED: dict[str, Any] = (
+    {"trackfd": False} if sys.version_info >= (3, 13) and os.name == "posix" else {}
+)
 CHECKED_WHOLE = 1 << 16  # offsets checked whole when opened, up to this many (microseconds)
 _HEADERS = {
     1: np.lib.format.read_array_header_1_0,
@@ -36,7 +44,12 @@ class Damaged(StorageError):
         self.doc_id = doc_id
 
 
-def load_array(path: Path, in_memory_up_to: float = 0) -> npt.NDArray[Any]:
+def mapped(f: BinaryIO) -> mmap.mmap:
+    """The whole of ``f``, mapped read-only; no descriptor is kept where Python allows."""
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ, **_UNTRACKED)
+
+
+def load_array(path: Path, in_memory_up_to: float = IN_MEMORY_BYTES) -> npt.NDArray[Any]:
     """``path``'s array, mapped past ``in_memory_up_to`` bytes; ValueError if the header lies."""
     with path.open("rb") as f:
         major, _ = np.lib.format.read_magic(f)
@@ -54,7 +67,7 @@ def load_array(path: Path, in_memory_up_to: float = 0) -> npt.NDArray[Any]:
                 f"({count * dtype.itemsize:,} bytes), the file holds {size - offset:,}"
             )
         if count and count * dtype.itemsize > in_memory_up_to:
-            return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape)
+            return np.frombuffer(mapped(f), dtype, count, offset).reshape(shape)
         return np.fromfile(f, dtype=dtype, count=count).reshape(shape)
 
 

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import mmap
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,12 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.documents.checks import (
+    IN_MEMORY_BYTES,
     Damaged,
     check_offsets,
     check_span,
     load_array,
+    mapped,
     stat_count,
     verify_index,
 )
@@ -290,7 +293,6 @@ def _write_postings(
 Postings = tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
 Joined = tuple[npt.NDArray[np.int64], npt.NDArray[np.generic], npt.NDArray[np.uint32]]
 _UNSEEN = object()
-IN_MEMORY_BYTES = 1 << 20  # index arrays up to this size are read, not memory-mapped
 
 
 class DocIndex:
@@ -305,21 +307,20 @@ class DocIndex:
         self.avgdl = float(stats["avgdl"])
         self.total_len = int(stats.get("total_len", round(self.avgdl * self.n_chunks)))
         self.average_idf = float(stats["average_idf"])
-        self._terms: mmap.mmap | bytes = b""
-        if (directory / "terms.bin").stat().st_size:
-            with (directory / "terms.bin").open("rb") as f:
-                self._terms = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self._term_off = load_array(directory / "term_offsets.npy", IN_MEMORY_BYTES)
+        with (directory / "terms.bin").open("rb") as f:
+            large = os.fstat(f.fileno()).st_size > IN_MEMORY_BYTES
+            self._terms: mmap.mmap | bytes = mapped(f) if large else f.read()
+        self._term_off = load_array(directory / "term_offsets.npy")
         self.n_words = len(self._term_off) - 1
-        self._numbers = load_array(directory / "numbers.npy", IN_MEMORY_BYTES)
+        self._numbers = load_array(directory / "numbers.npy")
         if self.n_words + len(self._numbers) != self.n_terms:
             raise ValueError(
                 f"{self.n_words} words and {len(self._numbers)} numbers, not {self.n_terms} terms"
             )
-        self._post_off = load_array(directory / "post_offsets.npy", IN_MEMORY_BYTES)
-        self._chunks = load_array(directory / "post_chunks.npy", IN_MEMORY_BYTES)
-        self._tfs = load_array(directory / "post_tfs.npy", IN_MEMORY_BYTES)
-        self._doc_len = load_array(directory / "doc_len.npy", IN_MEMORY_BYTES)
+        self._post_off = load_array(directory / "post_offsets.npy")
+        self._chunks = load_array(directory / "post_chunks.npy")
+        self._tfs = load_array(directory / "post_tfs.npy")
+        self._doc_len = load_array(directory / "doc_len.npy")
         check_offsets("term_offsets.npy", self._term_off, self.n_words + 1, len(self._terms))
         check_offsets("post_offsets.npy", self._post_off, self.n_terms + 1, len(self._chunks))
         if len(self._tfs) != len(self._chunks) or self._doc_len.shape != (self.n_chunks,):

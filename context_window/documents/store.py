@@ -8,6 +8,7 @@ Reads memory-map the index and read chunk texts from ``source.txt`` by byte offs
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import math
@@ -53,6 +54,7 @@ from context_window.storage import (
     read_json,
     recover_replaced,
     replace_lock,
+    storage_error,
     subdirs,
     sweep_work,
     unwritable,
@@ -281,6 +283,8 @@ class DocumentStore:
                     reindex(self, doc)
                     tables = Tables(self.root / doc.id)
             except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError) as exc:
+                if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+                    raise storage_error(exc, f"cannot open document {doc.id!r}") from exc
                 raise Damaged(doc.id, str(exc)) from exc
             if tables.index.n_chunks != doc.chunks:
                 why = f"it says {doc.chunks:,} chunks, the index holds {tables.index.n_chunks:,}"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+from context_window.documents.checks import IN_MEMORY_BYTES
 from context_window.documents.index import (
-    IN_MEMORY_BYTES,
     Corpus,
     DocIndex,
     IndexBuilder,
@@ -173,13 +173,12 @@ def test_a_corpus_remembers_joined_postings_and_scores_the_same(tmp_path: Path) 
     assert "psi" in corpus._joined and "omega" in corpus._joined  # remembered for next time
 
 
-def test_reopened_index_is_memory_mapped_and_finds_terms(tmp_path: Path) -> None:
+def test_reopened_small_index_is_read_whole_and_finds_terms(tmp_path: Path) -> None:
     index, _ = build(tmp_path, TEXTS)
     again = DocIndex(tmp_path / "index")
     maps = Path("/proc/self/maps").read_text()
-    assert str(tmp_path / "index" / "terms.bin") in maps
-    for name in ("post_chunks.npy", "post_tfs.npy", "doc_len.npy"):  # small: read whole
-        assert str(tmp_path / "index" / name) not in maps, name
+    for name in ("terms.bin", "post_chunks.npy", "post_tfs.npy", "doc_len.npy"):
+        assert str(tmp_path / "index" / name) not in maps, name  # small: no mapping held
     assert again.find("name") >= 0 and again.find("getusernam") >= 0
     assert again.find("nosuchterm") == -1
     assert again.doc_freq("error") == 1
@@ -237,7 +236,7 @@ def test_large_index_arrays_are_memory_mapped(tmp_path: Path) -> None:
     assert (tmp_path / "index" / "post_chunks.npy").stat().st_size > IN_MEMORY_BYTES
     big = DocIndex(tmp_path / "index")
     maps = Path("/proc/self/maps").read_text()
-    for name in ("post_chunks.npy", "post_tfs.npy"):
+    for name in ("terms.bin", "post_chunks.npy", "post_tfs.npy"):
         assert str(tmp_path / "index" / name) in maps, name  # mapped, not read into memory
     assert str(tmp_path / "index" / "doc_len.npy") not in maps  # 10 KB: read whole
     assert big.doc_freq("w7x3") == 1 and big.scores(["w7x3"]).argmax() == 7

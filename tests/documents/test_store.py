@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli
 from opens import watching_opens
 
 from context_window.documents.chunking import chunk_text
 from context_window.documents.store import COARSE_SETTLED_NS, SETTLED_NS, DocumentStore
 from context_window.errors import INGEST_FIRST, REINGEST, InvalidInput, NotFound, StorageError
 from context_window.tokens import TokenCounter
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 DOCS = Path(__file__).parents[1] / "data" / "docs"
 
@@ -251,3 +261,45 @@ def test_a_listing_on_whole_second_mtimes_waits_longer_before_it_is_reused(
         store._searched = None
         store.search("gearbox")
         assert (store._searched is not None) == reused, (age_ns, whole)
+
+
+def _open_files(limit: int) -> Callable[[], None]:
+    """For a child process: at most ``limit`` open files, and no raising it."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def _search_all(data: Path, query: str, limit: int) -> subprocess.CompletedProcess[str]:
+    return run_cli("search", query, "--limit", "2", data=data, preexec_fn=_open_files(limit))
+
+
+@pytest.mark.skipif(resource is None, reason="open-file limits are POSIX")
+def test_a_search_of_many_small_documents_holds_no_open_file(store: DocumentStore) -> None:
+    """Each small index is read, not mapped: 120 documents are searched at 16 open files
+    (they each kept two open, were skipped as damaged, and the best hit was lost)."""
+    for i in range(120):
+        text = f"service alpha{i} restarted after error code E{i % 50}\n" * 5
+        store.ingest(text=text, doc_id=f"d{i}")
+    found = _search_all(store.root.parent, "alpha7 restarted", 16)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split("\n# ")[1].startswith("d7 [0]"), found.stdout[:400]
+    assert "damaged" not in found.stderr
+
+
+@pytest.mark.skipif(resource is None, reason="open-file limits are POSIX")
+def test_too_many_open_files_is_said_and_never_called_damage(store: DocumentStore) -> None:
+    """Large indexes stay mapped; a mapping holds a descriptor before Python 3.13, which
+    can map without one. Out of descriptors, the search says so: nothing is damaged."""
+    rng = random.Random(7)
+    for i in range(10):  # each with a postings file over the size that is read whole
+        lines = (f"{rng.getrandbits(32):08x} job {k} host{k % 97} ok\n" for k in range(35_000))
+        store.ingest(text="".join(lines), doc_id=f"big{i}")
+    found = _search_all(store.root.parent, "job host5", 12)
+    if sys.version_info >= (3, 13):
+        assert found.returncode == 0, found.stderr
+        assert "host5" in found.stdout
+    else:
+        assert found.returncode == 1
+        assert "too many open files; nothing is damaged" in found.stderr
+        assert "ulimit -n" in found.stderr
+    assert "damaged index" not in found.stderr
+    assert run_cli("doctor", data=store.root.parent).returncode == 0
