@@ -9,9 +9,10 @@ from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Window
 from context_window.localtime import local_time
 from context_window.models import Chunk, Count, Reserve
-from context_window.packing import header_reserve
+from context_window.packing import fit_lines, header_reserve
 from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.service import Listed
+from context_window.tokens import TokenCounter
 from context_window.wording import plural
 
 
@@ -139,13 +140,18 @@ def render_summary(s: DocSummary) -> str:
     )
 
 
-def render_docs(listed: list[Listed]) -> str:
-    """doc_list's text: a line per document, newest first, with stale sources flagged."""
+def render_docs(listed: list[Listed], budget: int, counter: TokenCounter) -> str:
+    """doc_list's text: a line per document, newest first, with stale sources flagged;
+    past ``budget``, the newest that fit and how to reach the rest."""
     if not listed:
         return "No documents yet. Call doc_ingest(text=... or file_path=...)."
-    lines = [f"{plural(len(listed), 'document')} (newest first):"]
-    lines.extend(render_doc_line(x.doc, x.state, len(x.cursors)) for x in listed)
-    return "\n".join(lines)
+    header = f"{plural(len(listed), 'document')} (newest first):"
+    lines = [render_doc_line(x.doc, x.state, len(x.cursors)) for x in listed]
+    return fit_lines(header, lines, budget, counter, _more_documents)
+
+
+def _more_documents(omitted: int) -> str:
+    return f"{omitted:,} more did not fit: doc_search without doc_id searches every document"
 
 
 def render_forget(doc: DocInfo) -> str:

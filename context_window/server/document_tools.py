@@ -159,9 +159,9 @@ def register_document_tools(app: MCPServer, engine: Engine) -> None:
     async def doc_list() -> CallToolResult:
         from context_window.server import views
 
-        return views.docs_listed(
-            await engine.service.list_documents(), await engine.service.damaged_documents()
-        )
+        service = engine.service
+        listed, damaged = await service.list_documents(), await service.damaged_documents()
+        return views.docs_listed(listed, damaged, service.settings.budget, service.counter)
 
     @app.tool(
         title="Forget document",

@@ -373,8 +373,10 @@ def summarized(s: DocSummary) -> CallToolResult:
     return result(dt.render_summary(s), data)
 
 
-def docs_listed(listed: list[Listed], damaged: dict[str, str]) -> CallToolResult:
-    """doc_list, naming the documents it cannot list."""
+def docs_listed(
+    listed: list[Listed], damaged: dict[str, str], budget: int, counter: TokenCounter
+) -> CallToolResult:
+    """doc_list within the budget, naming the documents it cannot list."""
     data: dict[str, Any] = {
         "documents": [
             {**doc_data(x.doc), "source_state": x.state.state, "session_cursors": x.cursors}
@@ -387,7 +389,8 @@ def docs_listed(listed: list[Listed], damaged: dict[str, str]) -> CallToolResult
     ]
     if skipped:
         data["skipped"] = skipped
-    return result("\n".join([dt.render_docs(listed), *skipped]), data)
+    text = dt.render_docs(listed, budget - counter.count("\n".join(skipped)), counter)
+    return result("\n".join([text, *skipped]), data, budget, counter.count)
 
 
 def forgotten(doc: DocInfo) -> CallToolResult:

@@ -15,6 +15,7 @@ from context_window.config import load_settings
 from context_window.documents.ranking import CANDIDATE_CHUNKS
 from context_window.server.app import build_server
 from context_window.service import Service
+from context_window.tokens import TokenCounter
 
 DOCS = Path(__file__).parents[1] / "data" / "docs"
 DOC_TOOLS = {
@@ -395,3 +396,23 @@ async def test_window_at_a_line_cut_into_many_chunks_opens_at_its_start(tmp_path
         assert data["chunks"][0]["index"] == 0 and data["chunks"][0]["text"].startswith("word0 ")
         _, data = await ok(c, "doc_window", doc_id="long", line=2, budget_tokens=300)
         assert data["chunks"][0]["line"] == 1  # three lines above line 2 is line 1
+
+
+@pytest.mark.anyio
+async def test_doc_list_shows_the_newest_that_fit_the_budget(tmp_path: Path) -> None:
+    async with serve(tmp_path, budget=600) as c:
+        for i in range(60):
+            await ok(c, "doc_ingest", text=f"deploy note for module{i:02}\n", doc_id=f"d{i:02}")
+        text, data = await ok(c, "doc_list")
+        searched, _ = await ok(c, "doc_search", query="module03")
+    counter = TokenCounter(load_settings({"data_dir": tmp_path}, environ={}).token_ratio)
+    lines = text.splitlines()
+    assert counter.count(text) <= 600 and lines[0] == "60 documents (newest first):"
+    shown = [line.split(":")[0].strip() for line in lines[1:-1]]
+    assert 5 < len(shown) < 60 and shown == [f"d{i:02}" for i in range(59, 59 - len(shown), -1)]
+    assert (
+        lines[-1]
+        == f"{60 - len(shown)} more did not fit: doc_search without doc_id searches every document"
+    )
+    assert data["cut"] and 0 < len(data["documents"]) < 60  # the structured list is fitted too
+    assert "# d03 [0]" in searched  # the oldest are still found
