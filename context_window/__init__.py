@@ -6,6 +6,7 @@ import each other, and importing the package stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -25,6 +26,7 @@ __all__ = ["__version__", "main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``context-window`` with ``argv``; returns the process exit status."""
     _stop_on_signals_while_starting()
+    _more_open_files()
     from context_window.cli.main import ServerEdge
     from context_window.cli.main import main as run
 
@@ -41,6 +43,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return await costs(settings)
 
     return run(argv, ServerEdge(serve, tool_set_costs))
+
+
+def _more_open_files() -> None:
+    """Raise the soft limit of open files to the hard one, as Go's runtime does: a search
+    of every document maps each large index, and before Python 3.13 each mapping holds a
+    descriptor (macOS starts a program at 256, most Linux systems at 1,024)."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 10_240 if hard == resource.RLIM_INFINITY else hard  # macOS: OPEN_MAX
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _stop_on_signals_while_starting(importing: bool = True) -> None:

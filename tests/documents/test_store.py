@@ -263,13 +263,17 @@ def test_a_listing_on_whole_second_mtimes_waits_longer_before_it_is_reused(
         assert (store._searched is not None) == reused, (age_ns, whole)
 
 
-def _open_files(limit: int) -> Callable[[], None]:
-    """For a child process: at most ``limit`` open files, and no raising it."""
-    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+def _open_files(soft: int, hard: int | None) -> Callable[[], None]:
+    """For a child process: ``soft`` open files, raisable up to ``hard`` (None: as now)."""
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard is None else hard
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, top))
 
 
-def _search_all(data: Path, query: str, limit: int) -> subprocess.CompletedProcess[str]:
-    return run_cli("search", query, "--limit", "2", data=data, preexec_fn=_open_files(limit))
+def _search_all(
+    data: Path, query: str, soft: int, hard: int | None
+) -> subprocess.CompletedProcess[str]:
+    limit = _open_files(soft, hard)
+    return run_cli("search", query, "--limit", "2", data=data, preexec_fn=limit)
 
 
 @pytest.mark.skipif(resource is None, reason="open-file limits are POSIX")
@@ -279,7 +283,7 @@ def test_a_search_of_many_small_documents_holds_no_open_file(store: DocumentStor
     for i in range(120):
         text = f"service alpha{i} restarted after error code E{i % 50}\n" * 5
         store.ingest(text=text, doc_id=f"d{i}")
-    found = _search_all(store.root.parent, "alpha7 restarted", 16)
+    found = _search_all(store.root.parent, "alpha7 restarted", 16, 16)
     assert found.returncode == 0, found.stderr
     assert found.stdout.split("\n# ")[1].startswith("d7 [0]"), found.stdout[:400]
     assert "damaged" not in found.stderr
@@ -288,12 +292,15 @@ def test_a_search_of_many_small_documents_holds_no_open_file(store: DocumentStor
 @pytest.mark.skipif(resource is None, reason="open-file limits are POSIX")
 def test_too_many_open_files_is_said_and_never_called_damage(store: DocumentStore) -> None:
     """Large indexes stay mapped; a mapping holds a descriptor before Python 3.13, which
-    can map without one. Out of descriptors, the search says so: nothing is damaged."""
+    can map without one. Out of descriptors, the search says so: nothing is damaged. The
+    program raises its soft limit to the hard one, so only a low hard limit runs out."""
     rng = random.Random(7)
     for i in range(10):  # each with a postings file over the size that is read whole
         lines = (f"{rng.getrandbits(32):08x} job {k} host{k % 97} ok\n" for k in range(35_000))
         store.ingest(text="".join(lines), doc_id=f"big{i}")
-    found = _search_all(store.root.parent, "job host5", 12)
+    raised = _search_all(store.root.parent, "job host5", 12, None)
+    assert raised.returncode == 0 and "host5" in raised.stdout, raised.stderr
+    found = _search_all(store.root.parent, "job host5", 12, 12)
     if sys.version_info >= (3, 13):
         assert found.returncode == 0, found.stderr
         assert "host5" in found.stdout
