@@ -51,6 +51,7 @@ from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.storage import (
     check_id,
     file_stamp,
+    known_ids,
     read_json,
     recover_replaced,
     replace_lock,
@@ -237,7 +238,7 @@ class DocumentStore:
         if meta is None and (why := self.meta_damage(doc_id)) is not None:
             raise Damaged(doc_id, why, "meta.json")
         if meta is None:
-            known = ", ".join(d.id for d in self.all()[:20]) or "none"
+            known = known_ids(doc_id, [d.id for d in self.all()], 20)
             raise NotFound(f"no document {doc_id!r}; known documents: {known}", remedy=INGEST_FIRST)
         return DocInfo.from_meta(meta)
 

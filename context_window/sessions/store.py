@@ -24,6 +24,7 @@ from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session
 from context_window.storage import (
     check_id,
     file_stamp,
+    known_ids,
     new_id,
     read_json,
     recover_replaced,
@@ -185,10 +186,9 @@ class SessionStore:
         if not (self.root / session_id).is_dir():  # deleted under us: not recreated by a write
             with self._open_guard:
                 self._open.pop(session_id, None)
-            known = self.ids()
-            listed = ", ".join(known[:10]) + (" …" if len(known) > 10 else "") if known else "none"
+            known = known_ids(session_id, self.ids(), 10)
             raise NotFound(
-                f"no session {session_id!r} (known sessions: {listed})", remedy=OPEN_SESSION
+                f"no session {session_id!r} (known sessions: {known})", remedy=OPEN_SESSION
             )
         return session if session is not None else self.open(session_id)[0]
 

@@ -383,6 +383,20 @@ async def test_unknown_session_error_lists_known_sessions(settings: SettingsFact
     assert "Call context_open" in message
 
 
+async def test_among_many_sessions_the_error_names_the_nearest_first(
+    settings: SettingsFactory,
+) -> None:
+    async with client(settings()) as c:
+        for name in [*(f"task{i:02}" for i in range(30)), "Release-Notes", "release_plan"]:
+            await ok(c, "context_open", session_id=name)
+        message = await error(c, "context_recall", session_id="release-notes")
+        typo = await error(c, "context_status", session_id="tsk07")
+    known = message.split("known sessions: ")[1].split(")")[0].split(", ")
+    assert known[:2] == ["Release-Notes", "release_plan"], known  # any case, then spelling
+    assert len(known) == 10 and known[-1] == "task07 and 22 more"
+    assert typo.split("known sessions: ")[1].startswith("task07, ")
+
+
 async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
     settings: SettingsFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
