@@ -120,7 +120,7 @@ def ignored_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, An
     notes = []
     for key in [k for k, v in arguments.items() if k not in names and v is not None][:5]:
         close = _close(key, names)
-        mean = f"; did you mean {close}?" if close else f"; it takes {', '.join(names)}"
+        mean = f"; did you mean {close}?" if close else f"; it takes {', '.join(names) or 'none'}"
         notes.append(f"\n(ignored {key!r:.60}: not a parameter of {tool}{mean})")
     return "".join(notes)
 

@@ -89,14 +89,16 @@ async def test_an_argument_the_tool_lacks_is_named_in_a_note(settings: SettingsF
         kind = await c.call_tool("context_append", {"session_id": "s", "text": "y", "kind": "a"})
         none = await c.call_tool("context_append", {"session_id": "s", "text": "z", "kind": None})
         recall = await c.call_tool("context_recall", {"session_id": "s", "budget": 300})
-    texts = [r.content[0].text for r in (pin, kind, none, recall)]  # type: ignore[union-attr]
-    assert not any(r.is_error for r in (pin, kind, none, recall))  # ignored, as the schema allows
+        guide = await c.call_tool("context_guide", {"verbose": True})
+    texts = [r.content[0].text for r in (pin, kind, none, recall, guide)]  # type: ignore[union-attr]
+    assert not any(r.is_error for r in (pin, kind, none, recall, guide))  # as the schema allows
     assert texts[0].endswith(
         "(ignored 'pin': not a parameter of context_append; did you mean pinned?)"
     )
     assert texts[1].endswith("it takes session_id, text, role, tags, pinned, ttl_days)")
     assert "ignored" not in texts[2]  # a null says nothing
     assert texts[3].endswith("did you mean budget_tokens?)")
+    assert texts[4].endswith("(ignored 'verbose': not a parameter of context_guide; it takes none)")
     assert "ignored" not in json.dumps(pin.structured_content)  # the data stay as they are
 
 

@@ -389,7 +389,7 @@ async def test_among_many_sessions_the_error_names_the_nearest_first(
     async with client(settings()) as c:
         for name in [*(f"task{i:02}" for i in range(30)), "Release-Notes", "release_plan"]:
             await ok(c, "context_open", session_id=name)
-        message = await error(c, "context_recall", session_id="release-notes")
+        message = await error(c, "context_recall", session_id="RELEASE-NOTE")
         typo = await error(c, "context_status", session_id="tsk07")
     known = message.split("known sessions: ")[1].split(")")[0].split(", ")
     assert known[:2] == ["Release-Notes", "release_plan"], known  # any case, then spelling
