@@ -97,7 +97,7 @@ class SlimServer(MCPServer):
             if isinstance(exc, UnexpectedToolError):
                 raise
             if isinstance(cause, ValidationError):
-                raise ToolError(argument_errors(cause, self._tool_input_schema(name))) from cause
+                raise ToolError(argument_errors(cause, schema)) from cause
             # Drop the SDK's "Error executing tool <name>: ": the model knows what it called.
             prefix = f"Error executing tool {name}: "
             message = str(exc)
