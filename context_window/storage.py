@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import io
 import json
@@ -45,16 +44,6 @@ def is_valid_id(value: str) -> bool:
     except InvalidInput:
         return False
     return True
-
-
-def known_ids(wanted: str, ids: list[str], shown: int) -> str:
-    """``ids`` as an error names them, at most ``shown``: those spelled nearest ``wanted``
-    (any case) first, then the rest in order; "none" when there are none."""
-    folded = {i.casefold(): i for i in ids}
-    near = [folded[i] for i in difflib.get_close_matches(wanted.casefold(), folded, n=3)]
-    listed = [*near, *(i for i in ids if i not in near)][:shown]
-    more = f" and {len(ids) - shown:,} more" if len(ids) > shown else ""
-    return ", ".join(listed) + more if ids else "none"
 
 
 def new_id(prefix: str) -> str:

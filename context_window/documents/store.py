@@ -51,7 +51,6 @@ from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.storage import (
     check_id,
     file_stamp,
-    known_ids,
     read_json,
     recover_replaced,
     replace_lock,
@@ -62,6 +61,7 @@ from context_window.storage import (
     write_json_atomic,
 )
 from context_window.tokens import TokenCounter
+from context_window.wording import known_ids
 
 MAX_CHARS = 20_000_000  # inline text: it travels through the protocol
 MAX_FILE_BYTES = 2048 * 1024 * 1024  # files: read from disk, indexed in segments

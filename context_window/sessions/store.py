@@ -24,7 +24,6 @@ from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session
 from context_window.storage import (
     check_id,
     file_stamp,
-    known_ids,
     new_id,
     read_json,
     recover_replaced,
@@ -37,6 +36,7 @@ from context_window.storage import (
 )
 from context_window.titles import check_title
 from context_window.tokens import TokenCounter
+from context_window.wording import known_ids
 
 log = logging.getLogger("context_window")
 
