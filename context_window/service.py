@@ -54,7 +54,7 @@ from context_window.sessions.compaction import Compaction, keep_facts, summary_i
 from context_window.sessions.meaning import Embedder
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import check_id, work_in_progress
+from context_window.storage import spelled, work_in_progress
 from context_window.tokens import TokenCounter
 
 log = logging.getLogger("context_window")
@@ -219,7 +219,7 @@ class Service:
     async def run(self, key: str, work: Callable[[], T]) -> T:
         """``work()`` in a worker thread after the calls before it on ``key`` (else Busy)."""
         with self._locks_guard:
-            lock = self._locks.setdefault(key, threading.Lock())
+            lock = self._locks.setdefault(key.casefold(), threading.Lock())  # ids ignore case
 
         def call() -> T:
             if not lock.acquire(timeout=WAIT_SECONDS):
@@ -239,9 +239,10 @@ class Service:
 
         return await anyio.to_thread.run_sync(call)
 
-    async def arrived(self, doc_id: str) -> None:
-        """Wait up to ``FIRST_INGEST_WAIT`` s for a first ingest of ``doc_id``, else Busy."""
-        check_id(doc_id, "doc_id")
+    async def arrived(self, doc_id: str) -> str:
+        """``doc_id`` as stored, after up to ``FIRST_INGEST_WAIT`` s for a first ingest of
+        it (else Busy)."""
+        doc_id = self.documents.spelled(doc_id)
         root, began = self.documents.root, time.monotonic()
         while not (root / doc_id).is_dir() and await anyio.to_thread.run_sync(
             work_in_progress, root, doc_id
@@ -253,6 +254,7 @@ class Service:
                     remedy=RETRY,
                 )
             await anyio.sleep(0.05)
+        return doc_id
 
     def save_on_stop(self, until: float) -> None:
         """At a clean stop, save the snapshots open sessions lack, within ``until``."""
@@ -463,7 +465,7 @@ class Service:
         self, doc_id: str, summarize: bool, max_chunks: int | None, layout: OutlineLayout
     ) -> Outline:
         """A document's outline within the budget, with ``summarize`` one line per chunk."""
-        await self.arrived(doc_id)
+        doc_id = await self.arrived(doc_id)
         store = self.documents
 
         def structure() -> tuple[DocInfo, list[tuple[int, str, int]]]:
@@ -491,7 +493,7 @@ class Service:
     ) -> Searched:
         """The lines best matching ``query``, in one document or all, within a budget."""
         if doc_id is not None:
-            await self.arrived(doc_id)
+            doc_id = await self.arrived(doc_id)
         budget = budget_tokens or self.settings.budget
         store, counter, vectors = self.documents, self.counter, self.passage_vectors
         meaning = None
@@ -527,7 +529,9 @@ class Service:
         line: int | None = None,
     ) -> Paged:
         """Chunks in order within a budget, from ``first``, ``line`` or the cursor."""
-        await self.arrived(doc_id)
+        doc_id = await self.arrived(doc_id)
+        if session_id is not None:  # its cursor, as the session's id is stored
+            session_id = spelled(self.sessions.root, session_id)
         budget = budget_tokens or self.settings.budget
         store = self.documents
 
@@ -559,7 +563,7 @@ class Service:
         refresh: bool = False,
     ) -> DocSummary:
         """Summarize chunks ``first``-``last`` or the whole document (cached)."""
-        await self.arrived(doc_id)
+        doc_id = await self.arrived(doc_id)
         return await summarize_range(
             self.documents, self.summarizer, doc_id, first, last, target_tokens, refresh
         )

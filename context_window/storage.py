@@ -224,6 +224,17 @@ def subdirs(root: Path) -> list[str]:
         return []
 
 
+def spelled(root: Path, name: str) -> str:
+    """The directory of ``root`` that ``name`` names: itself, else one spelled alike in
+    any case. Ids ignore case, as the file systems of macOS and Windows do, so a data dir
+    answers alike on every system and an archive moves between them."""
+    names = subdirs(root)
+    if name in names:
+        return name
+    folded = name.casefold()
+    return min((n for n in names if n.casefold() == folded), default=name)
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, what: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
     """Hold the exclusive OS lock of the file ``path`` (made if missing); Busy after ``wait``."""

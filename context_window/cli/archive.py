@@ -42,7 +42,7 @@ from context_window.errors import (
 from context_window.journal import jsonl_line
 from context_window.localtime import time_or_none
 from context_window.sessions.store import SessionStore
-from context_window.storage import atomic_text, check_id
+from context_window.storage import atomic_text, check_id, spelled
 from context_window.titles import clean_title
 from context_window.tokens import TokenCounter
 
@@ -205,8 +205,8 @@ def import_file(
 def _import_session(
     archive: SessionArchive, data_dir: Path, new_id: str | None, replace: bool
 ) -> Imported:
-    sid = check_id(new_id or str(archive.meta["id"]), "session id")
     store = SessionStore(data_dir, TokenCounter(1.0))  # nothing is counted: bytes are moved
+    sid = spelled(store.root, check_id(new_id or str(archive.meta["id"]), "session id"))
     if store.exists(sid) and not replace:
         raise InvalidInput(
             f"session {sid!r} already exists in {data_dir}; pass --replace to overwrite it "
@@ -268,6 +268,7 @@ def _import_document(
         chunk_overlap=overlap,
         max_chars=max(MAX_CHARS, len(archive.text)),  # the limit is for text sent over MCP
     )
+    did = store.spelled(did)
     with contextlib.suppress(NotFound):
         store.get(did)
         if not replace:

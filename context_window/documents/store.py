@@ -54,6 +54,7 @@ from context_window.storage import (
     read_json,
     recover_replaced,
     replace_lock,
+    spelled,
     storage_error,
     subdirs,
     sweep_work,
@@ -228,9 +229,14 @@ class DocumentStore:
             return f"its id is {meta.get('id')!r:.40}"
         return meta_problem(meta) or "changed while read"
 
+    def spelled(self, doc_id: str) -> str:
+        """``doc_id`` as stored, which may differ in case (see ``storage.spelled``)."""
+        found = self.read_meta(check_id(doc_id, "doc_id")) is not None
+        return doc_id if found else spelled(self.root, doc_id)
+
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""
-        check_id(doc_id, "doc_id")
+        doc_id = self.spelled(doc_id)
         meta = self.read_meta(doc_id)
         if meta is None and self.root.is_dir():  # between a replace's two renames? wait for it
             with self.guard():
@@ -340,12 +346,12 @@ class DocumentStore:
         """Delete a document and everything derived from it."""
         doc = self.get(doc_id)
         with self.guard():
-            self.drop_cached(doc_id)
-            trash = self.root / f".trash-{doc_id}-{secrets.token_hex(4)}"
+            self.drop_cached(doc.id)
+            trash = self.root / f".trash-{doc.id}-{secrets.token_hex(4)}"
             try:
-                (self.root / doc_id).rename(trash)
+                (self.root / doc.id).rename(trash)
             except OSError as exc:
-                raise StorageError(f"cannot remove document {doc_id!r}: {exc}") from exc
+                raise StorageError(f"cannot remove document {doc.id!r}: {exc}") from exc
         shutil.rmtree(trash, ignore_errors=True)
         return doc
 

@@ -28,6 +28,7 @@ from context_window.storage import (
     read_json,
     recover_replaced,
     replace_dir,
+    spelled,
     storage_error,
     subdirs,
     sweep_work,
@@ -123,7 +124,7 @@ class SessionStore:
     def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
         """Resume a session, or create it; returns (session, created)."""
         check_title(title)
-        sid = check_id(session_id, "session_id") if session_id else new_id("s")
+        sid = spelled(self.root, check_id(session_id, "session_id")) if session_id else new_id("s")
         directory = self.root / sid
         meta_path = directory / "meta.json"
         meta = read_json(meta_path)
@@ -183,6 +184,9 @@ class SessionStore:
         """An existing session; NotFound (with the known ids) otherwise."""
         check_id(session_id, "session_id")
         session = self._cached(session_id)
+        if session is None:
+            session_id = spelled(self.root, session_id)
+            session = self._cached(session_id)
         if not (self.root / session_id).is_dir():  # deleted under us: not recreated by a write
             with self._open_guard:
                 self._open.pop(session_id, None)
@@ -194,11 +198,11 @@ class SessionStore:
 
     def exists(self, session_id: str) -> bool:
         """Whether a session directory ``session_id`` is on disk."""
-        return (self.root / check_id(session_id, "session_id")).is_dir()
+        return (self.root / spelled(self.root, check_id(session_id, "session_id"))).is_dir()
 
     def read(self, session_id: str) -> Session:
         """A session replayed for reading only, nothing written; NotFound if there is none."""
-        check_id(session_id, "session_id")
+        session_id = spelled(self.root, check_id(session_id, "session_id"))
         directory = self.root / session_id
         if not directory.is_dir():
             raise NotFound(f"no session {session_id!r} in {self.root.parent}", remedy=OPEN_SESSION)

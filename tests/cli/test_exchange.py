@@ -144,6 +144,8 @@ def test_import_under_a_new_id_and_replace(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "already exists" in err and "--replace" in err
     assert journal.read_bytes() == before
+    assert cli(s, "import", str(out), "--session-id", "WORK") == 1  # ids ignore case
+    assert "session 'work' already exists" in capsys.readouterr().err
     assert cli(s, "import", str(out), "--session-id", "copy") == 0
     assert all_entries(s, "copy") == all_entries(s, "work")
     assert cli(s, "import", str(out), "--replace") == 0
@@ -218,6 +220,12 @@ def test_document_exists_needs_replace(
     assert "same text" in capsys.readouterr().out  # the duplicate is named
     assert cli(s, "import", str(out), "--replace") == 0
     assert chunks_of(s, "spec") == chunks_of(s, "spec2")
+    capsys.readouterr()
+    assert cli(s, "import", str(out), "--doc-id", "SPEC") == 1  # ids ignore case
+    assert "document 'spec' already exists" in capsys.readouterr().err
+    assert cli(s, "import", str(out), "--doc-id", "SPEC", "--replace") == 0
+    assert "replaced document spec" in capsys.readouterr().out
+    assert sorted(p.name for p in (s.data_dir / "documents").iterdir()) == ["spec", "spec2"]
     assert cli(s, "import", str(out), "--session-id", "x") == 1
     assert "holds a document" in capsys.readouterr().err
 

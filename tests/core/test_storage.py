@@ -16,7 +16,7 @@ from context_window.errors import InvalidInput
 from context_window.journal import Journal, parse_line
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import check_id, new_id, read_json, write_json_atomic
+from context_window.storage import check_id, new_id, read_json, spelled, write_json_atomic
 from context_window.tokens import TokenCounter
 
 
@@ -66,6 +66,18 @@ def test_generated_ids_are_valid_unique_and_prefixed() -> None:
     for i in ids:
         assert i.startswith("e")
         assert check_id(i) == i
+
+
+def test_an_id_names_its_own_directory_first_then_one_in_any_case(tmp_path: Path) -> None:
+    for name in ["Task1", "task1", "Spec", ".Hidden"]:
+        (tmp_path / name).mkdir()
+    (tmp_path / "notes").write_text("a file, not a directory")
+    assert spelled(tmp_path, "task1") == "task1"  # an older data dir may hold both
+    assert spelled(tmp_path, "TASK1") == "Task1"  # then the first in sort order
+    assert spelled(tmp_path, "spec") == "Spec"
+    assert spelled(tmp_path, "hidden") == "hidden"
+    assert spelled(tmp_path, "Notes") == "Notes"
+    assert spelled(tmp_path / "missing", "a") == "a"
 
 
 # --- atomic JSON ----------------------------------------------------------------------

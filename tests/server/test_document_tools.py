@@ -416,3 +416,24 @@ async def test_doc_list_shows_the_newest_that_fit_the_budget(tmp_path: Path) -> 
     )
     assert data["cut"] and 0 < len(data["documents"]) < 60  # the structured list is fitted too
     assert "# d03 [0]" in searched  # the oldest are still found
+
+
+@pytest.mark.anyio
+async def test_an_id_in_another_case_names_the_same_document(tmp_path: Path) -> None:
+    async with serve(tmp_path) as c:
+        await ok(c, "doc_ingest", text="# Spec\nalpha beta gamma\n", doc_id="Spec")
+        searched, _ = await ok(c, "doc_search", query="gamma", doc_id="spec")
+        await ok(c, "context_open", session_id="Reader")
+        paged, _ = await ok(c, "doc_window", doc_id="SPEC", session_id="reader")
+        outline, _ = await ok(c, "doc_outline", doc_id="spec")
+        _, cursors = await ok(c, "doc_list")
+        replaced, _ = await ok(c, "doc_ingest", text="# Spec\nalpha beta delta\n", doc_id="SPEC")
+        _, listed = await ok(c, "doc_list")
+        forgot, _ = await ok(c, "doc_forget", doc_id="sPeC")
+        _, after = await ok(c, "doc_list")
+    assert "# Spec [0]" in searched and "alpha beta gamma" in paged
+    assert outline.startswith("Spec (Spec): chunks 0-0 of 1")
+    assert replaced.startswith("Replaced doc Spec (Spec)")
+    assert [d["id"] for d in listed["documents"]] == ["Spec"]
+    assert cursors["documents"][0]["session_cursors"] == {"Reader": 1}
+    assert forgot.startswith("Forgot doc Spec") and after["documents"] == []

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -395,6 +396,30 @@ async def test_among_many_sessions_the_error_names_the_nearest_first(
     assert known[:2] == ["Release-Notes", "release_plan"], known  # any case, then spelling
     assert len(known) == 10 and known[-1] == "task07 and 22 more"
     assert typo.split("known sessions: ")[1].startswith("task07, ")
+
+
+async def test_an_id_in_another_case_names_the_same_session(settings: SettingsFactory) -> None:
+    s = settings()
+    async with client(s) as c:
+        await ok(c, "context_open", session_id="Task1", title="the task")
+        await ok(c, "context_append", session_id="task1", text="the build uses gcc 13")
+        resumed, data = await ok(c, "context_open", session_id="TASK1")
+        recalled, _ = await ok(c, "context_recall", session_id="tAsK1", query="gcc")
+        listed, _ = await ok(c, "context_list_sessions")
+        await ok(c, "context_open", session_id="b")
+        await ok(c, "context_append", session_id="b", text="lower-case b")
+    assert resumed.startswith("Resumed session 'Task1' (the task): 1 live of 1 entry")
+    assert data["session_id"] == "Task1" and "gcc 13" in recalled
+    assert "Sessions 1-1 of 1" in listed
+    # An older data dir may hold two ids that differ only in case: each names its own.
+    sessions = s.data_dir / "sessions"
+    shutil.copytree(sessions / "b", sessions / "B")
+    async with client(s) as c:
+        await ok(c, "context_append", session_id="B", text="upper-case B")
+        lower, _ = await ok(c, "context_recall", session_id="b")
+        upper, _ = await ok(c, "context_recall", session_id="B")
+    assert "upper-case B" not in lower and "upper-case B" in upper
+    assert sorted(p.name for p in sessions.iterdir()) == ["B", "Task1", "b"]
 
 
 async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
