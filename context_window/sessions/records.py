@@ -81,7 +81,7 @@ def check_text(text: str, what: str = "text") -> str:
 
 
 def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
-    """Validated, de-duplicated tags (at most 10, each 1-40 printable characters)."""
+    """Validated tags, de-duplicated in any case (at most 10, each 1-40 printable characters)."""
     if not tags:
         return ()
     if len(tags) > MAX_TAGS:
@@ -92,7 +92,7 @@ def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
             raise InvalidInput(f"each tag must be 1-{MAX_TAG_CHARS} characters: {tag!r:.60}")
         if not tag.isprintable():
             raise InvalidInput(f"tag {tag!r:.60} has control characters")
-        if tag.strip() not in out:
+        if tag.strip().casefold() not in (t.casefold() for t in out):  # tags ignore case
             out.append(tag.strip())
     return tuple(out)
 

@@ -255,6 +255,7 @@ class Session:
     ) -> Entry:
         """Append one entry and return it; ``ttl_days`` makes an unpinned entry expire."""
         check_text(text)
+        role = role.casefold() if isinstance(role, str) else role
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}; not {role!r:.40}")
         if ttl_days is not None and not (0 < ttl_days <= MAX_TTL_DAYS and math.isfinite(ttl_days)):
@@ -406,7 +407,7 @@ class Session:
         ``sessions.meaning.blend``); else the newest. An entry costs its text and ``label``;
         ``reserve`` tokens are the header's."""
         self.refresh()
-        wanted = set(check_tags(tags))
+        wanted = {t.casefold() for t in check_tags(tags)}  # a tag in any case
         n = len(self._state.order)
         seqs = np.array(self._state.seqs, dtype=np.float64)
         now = self.clock()
@@ -417,7 +418,7 @@ class Session:
         if wanted:
             mask &= np.fromiter(
                 (
-                    bool(wanted.intersection(self._state.records[eid]["tags"]))
+                    any(t.casefold() in wanted for t in self._state.records[eid]["tags"])
                     for eid in self._state.order
                 ),
                 dtype=np.bool_,

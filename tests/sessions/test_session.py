@@ -135,8 +135,8 @@ def test_list_is_empty_without_sessions(store: SessionStore) -> None:
 
 
 def test_append_records_everything(session: Session) -> None:
-    e = session.append("Ship on Friday.", "decision", ["plan", "plan", " release "], pinned=True)
-    assert e.role == "decision"
+    e = session.append("Ship on Friday.", "Decision", ["plan", "Plan", " release "], pinned=True)
+    assert e.role == "decision"  # roles and tags ignore case; a tag keeps its first spelling
     assert e.tags == ("plan", "release")
     assert e.pinned and e.live
     assert e.seq == 1
@@ -322,6 +322,7 @@ def test_recall_filters_by_tags_and_limit(session: Session) -> None:
     c = session.append("deploy the worker", tags=["ops", "backend"]).id
     assert [e.id for e in session.recall(None, 4000, tags=["ops"]).entries] == [c, a]
     assert [e.id for e in session.recall("deploy", 4000, tags=["backend"]).entries] == [c]
+    assert [e.id for e in session.recall(None, 4000, tags=["OPS", "Backend"]).entries] == [c, a]
     limited = session.recall(None, 4000, limit=1)
     assert [e.id for e in limited.entries] == [c]
     assert limited.packed.omitted == 0 and limited.beyond_limit == 2
