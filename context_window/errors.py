@@ -18,6 +18,7 @@ RETRY = "retry"  # the state changed under the call; nothing was done
 OPEN_SESSION = "open-session"  # an unknown session
 LIST_DOCUMENTS = "list-documents"  # a document gone meanwhile
 INGEST_FIRST = "ingest-first"  # an unknown document
+USE_ID = "use-id"  # facts: doc_id, the id of the document named by its title
 REINGEST = "reingest"  # a damaged document
 SET_INGEST_ROOT = "set-ingest-root"  # a file named, but no ingest root configured
 REMEDIES = (
@@ -30,6 +31,7 @@ REMEDIES = (
     OPEN_SESSION,
     LIST_DOCUMENTS,
     INGEST_FIRST,
+    USE_ID,
     REINGEST,
     SET_INGEST_ROOT,
 )

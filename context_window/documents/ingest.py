@@ -34,6 +34,7 @@ from context_window.documents.sandbox import open_file
 from context_window.documents.tables import DocInfo, Ingested, Kept
 from context_window.errors import REINGEST, InvalidInput, NotFound, StorageError
 from context_window.storage import (
+    check_id,
     new_id,
     replace_dir,
     storage_error,
@@ -77,7 +78,7 @@ def ingest(
     if (text is None) == (file_path is None):
         raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
     if doc_id is not None:
-        doc_id = store.spelled(doc_id)  # the same id in another case replaces it
+        doc_id = store.spelled(check_id(doc_id, "doc_id"))  # another case replaces it
     check_title(title)
     progress(0.0, "reading")
     if file_path is not None:

@@ -44,13 +44,21 @@ from context_window.documents.ranking import (
     ranked_chunks,
 )
 from context_window.documents.tables import DocInfo, Ingested, Tables, Window, from_line
-from context_window.errors import INGEST_FIRST, LIST_DOCUMENTS, InvalidInput, NotFound, StorageError
+from context_window.errors import (
+    INGEST_FIRST,
+    LIST_DOCUMENTS,
+    USE_ID,
+    InvalidInput,
+    NotFound,
+    StorageError,
+)
 from context_window.models import Chunk, Hit
 from context_window.packing import fit_chunks, leading
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.storage import (
     check_id,
     file_stamp,
+    is_valid_id,
     read_json,
     recover_replaced,
     replace_lock,
@@ -231,8 +239,20 @@ class DocumentStore:
 
     def spelled(self, doc_id: str) -> str:
         """``doc_id`` as stored, which may differ in case (see ``storage.spelled``)."""
+        if not is_valid_id(doc_id) and (titled := self._titled(doc_id)) is not None:
+            raise titled
         found = self.read_meta(check_id(doc_id, "doc_id")) is not None
         return doc_id if found else spelled(self.root, doc_id)
+
+    def _titled(self, wanted: str) -> NotFound | None:
+        """NotFound naming the documents titled ``wanted`` or read from a file so named:
+        a model may take either for an id. None if there are none."""
+        ids = [d.id for d in self.all() if d.is_named(wanted.strip().casefold())]
+        if not ids:
+            return None
+        named = f"no document {wanted!r:.80}: that is the title or file name of "
+        remedy = USE_ID if len(ids) == 1 else LIST_DOCUMENTS
+        return NotFound(named + known_ids(wanted, ids, 5), remedy=remedy, doc_id=ids[0])
 
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""
@@ -245,7 +265,8 @@ class DocumentStore:
             raise Damaged(doc_id, why, "meta.json")
         if meta is None:
             known = known_ids(doc_id, [d.id for d in self.all()], 20)
-            raise NotFound(f"no document {doc_id!r}; known documents: {known}", remedy=INGEST_FIRST)
+            missing = f"no document {doc_id!r}; known documents: {known}"
+            raise self._titled(doc_id) or NotFound(missing, remedy=INGEST_FIRST)
         return DocInfo.from_meta(meta)
 
     @contextlib.contextmanager

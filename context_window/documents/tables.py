@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Protocol
 
 import numpy as np
@@ -82,6 +82,13 @@ class DocInfo:
             summary=summary if summary_problem(summary) is None else None,
             source_stat=_stat(meta.get("source_stat")),
         )
+
+    def is_named(self, folded: str) -> bool:
+        """Whether ``folded`` is this document's title or its file's name, with or without
+        its suffix, in any case."""
+        file = PurePath(self.source)
+        names = {self.title, file.name, file.stem} if file.is_absolute() else {self.title}
+        return folded in {n.casefold() for n in names}
 
     def span(self, first: int | None, last: int | None) -> tuple[int, int]:
         """``first..last`` defaulted to the whole document, or InvalidInput naming the chunks."""

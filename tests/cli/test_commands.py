@@ -128,6 +128,7 @@ def test_search_groups_sessions_and_documents(
         (["export", "session", "nope"], "context-window sessions"),
         (["export", "doc", "nope"], "context-window docs"),
         (["search", "linker", "--doc", "nope"], "context-window docs"),
+        (["window", "storage SPEC"], "title or file name of spec. Give its id, spec"),
         (["search", "linker", "--session", "nope"], "context-window sessions"),
         (["search", "the"], "no searchable words"),
         (["search", "linker", "--limit", "0"], "limit"),

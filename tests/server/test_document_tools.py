@@ -437,3 +437,29 @@ async def test_an_id_in_another_case_names_the_same_document(tmp_path: Path) -> 
     assert [d["id"] for d in listed["documents"]] == ["Spec"]
     assert cursors["documents"][0]["session_cursors"] == {"Reader": 1}
     assert forgot.startswith("Forgot doc Spec") and after["documents"] == []
+
+
+@pytest.mark.anyio
+async def test_a_title_or_file_name_given_as_an_id_is_answered_with_the_id(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path) as c:
+        _, log = await ok(c, "doc_ingest", file_path="build.log")
+        _, spec = await ok(c, "doc_ingest", text="# Storage spec\nalpha beta gamma\n")
+        await ok(c, "doc_ingest", text="# Twin\none\n")
+        await ok(c, "doc_ingest", text="# Twin\ntwo\n")
+        by_name = await error(c, "doc_search", query="error", doc_id="build.log")
+        by_stem = await error(c, "doc_outline", doc_id="BUILD")
+        by_title = await error(c, "doc_window", doc_id="storage spec")
+        twins = await error(c, "doc_forget", doc_id="twin")
+        unknown = await error(c, "doc_window", doc_id="no such title")
+        # A new id that is another document's title makes a new document.
+        _, made = await ok(c, "doc_ingest", text="fresh text\n", doc_id="build")
+        await error(c, "doc_ingest", text="more\n", doc_id="storage spec")
+        _, listed = await ok(c, "doc_list")
+    the_log = f"that is the title or file name of {log['doc_id']}. Call again with doc_id="
+    assert by_name.startswith("no document 'build.log': " + the_log) and the_log in by_stem
+    assert by_title.endswith(f"of {spec['doc_id']}. Call again with doc_id={spec['doc_id']!r}")
+    assert "title or file name of d" in twins and twins.endswith("; call doc_list")
+    assert unknown.startswith("invalid doc_id 'no such title'")
+    assert made["doc_id"] == "build" and len(listed["documents"]) == 5
