@@ -49,7 +49,7 @@ ADVICE = {
     errors.OPEN_SESSION: ". `context-window sessions` lists them",
     errors.LIST_DOCUMENTS: ". `context-window docs` lists what there is",
     errors.INGEST_FIRST: ". `context-window docs` lists what there is",
-    errors.USE_ID: ". Give its id, {doc_id}",
+    errors.USE_ID: ". Give its id, {id}",
     errors.REINGEST: "; ingest it again from your MCP client, or forget it there",
     errors.SET_INGEST_ROOT: ": start with --ingest-root DIR, a folder that exists",
 }

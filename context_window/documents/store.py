@@ -252,7 +252,7 @@ class DocumentStore:
             return None
         named = f"no document {wanted!r:.80}: that is the title or file name of "
         remedy = USE_ID if len(ids) == 1 else LIST_DOCUMENTS
-        return NotFound(named + known_ids(wanted, ids, 5), remedy=remedy, doc_id=ids[0])
+        return NotFound(named + known_ids(wanted, ids, 5), remedy=remedy, name="doc_id", id=ids[0])
 
     def get(self, doc_id: str) -> DocInfo:
         """One document (NotFound with the known ids otherwise)."""

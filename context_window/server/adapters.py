@@ -40,7 +40,7 @@ ADVICE = {
     errors.OPEN_SESSION: ". Call context_open to create or resume one",
     errors.LIST_DOCUMENTS: "; call doc_list",
     errors.INGEST_FIRST: ". Call doc_list, or doc_ingest it first",
-    errors.USE_ID: ". Call again with doc_id={doc_id!r}",
+    errors.USE_ID: ". Call again with {name}={id!r}",
     errors.REINGEST: "; doc_ingest it again or doc_forget it",
     errors.SET_INGEST_ROOT: ": pass text instead, or ask the user to set an existing ingest root",
 }

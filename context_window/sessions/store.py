@@ -15,7 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from context_window.errors import OPEN_SESSION, InvalidInput, NotFound
+from context_window.errors import OPEN_SESSION, USE_ID, InvalidInput, NotFound
 from context_window.localtime import time_or_none
 from context_window.models import SessionInfo, SessionPage
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
@@ -24,6 +24,7 @@ from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session
 from context_window.storage import (
     check_id,
     file_stamp,
+    is_valid_id,
     new_id,
     read_json,
     recover_replaced,
@@ -124,7 +125,7 @@ class SessionStore:
     def open(self, session_id: str | None = None, title: str | None = None) -> tuple[Session, bool]:
         """Resume a session, or create it; returns (session, created)."""
         check_title(title)
-        sid = spelled(self.root, check_id(session_id, "session_id")) if session_id else new_id("s")
+        sid = spelled(self.root, self._checked(session_id)) if session_id else new_id("s")
         directory = self.root / sid
         meta_path = directory / "meta.json"
         meta = read_json(meta_path)
@@ -182,7 +183,7 @@ class SessionStore:
 
     def get(self, session_id: str) -> Session:
         """An existing session; NotFound (with the known ids) otherwise."""
-        check_id(session_id, "session_id")
+        self._checked(session_id)
         session = self._cached(session_id)
         if session is None:
             session_id = spelled(self.root, session_id)
@@ -191,10 +192,27 @@ class SessionStore:
             with self._open_guard:
                 self._open.pop(session_id, None)
             known = known_ids(session_id, self.ids(), 10)
-            raise NotFound(
-                f"no session {session_id!r} (known sessions: {known})", remedy=OPEN_SESSION
-            )
+            missing = f"no session {session_id!r} (known sessions: {known})"
+            raise self._titled(session_id) or NotFound(missing, remedy=OPEN_SESSION)
         return session if session is not None else self.open(session_id)[0]
+
+    def _checked(self, session_id: str) -> str:
+        """``session_id`` if it is a valid id; else InvalidInput, or NotFound naming the
+        sessions so titled (``_titled``)."""
+        if not is_valid_id(session_id) and (titled := self._titled(session_id)) is not None:
+            raise titled
+        return check_id(session_id, "session_id")
+
+    def _titled(self, wanted: str) -> NotFound | None:
+        """NotFound naming the sessions titled ``wanted`` in any case: a model may take a
+        title for an id. None if there are none."""
+        ids = [s.id for s in self.list() if s.title.casefold() == wanted.strip().casefold()]
+        if not ids:
+            return None
+        named = f"no session {wanted!r:.80}: that is the title of {known_ids(wanted, ids, 5)}"
+        return NotFound(
+            named, remedy=USE_ID if len(ids) == 1 else None, name="session_id", id=ids[0]
+        )
 
     def exists(self, session_id: str) -> bool:
         """Whether a session directory ``session_id`` is on disk."""

@@ -64,7 +64,7 @@ def test_each_edge_words_every_remedy(advice: dict[str, str]) -> None:
     for wording in advice.values():
         assert wording[:2] in {"; ", ". ", ": "}, wording
         names = {f for _, f, _, _ in string.Formatter().parse(wording) if f}
-        assert names <= {"compaction_id", "doc_id"}, wording
+        assert names <= {"compaction_id", "name", "id"}, wording
 
 
 def test_the_model_is_told_which_tool_and_a_person_which_command(

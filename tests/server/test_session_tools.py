@@ -422,6 +422,27 @@ async def test_an_id_in_another_case_names_the_same_session(settings: SettingsFa
     assert sorted(p.name for p in sessions.iterdir()) == ["B", "Task1", "b"]
 
 
+async def test_a_title_given_as_a_session_id_is_answered_with_the_id(
+    settings: SettingsFactory,
+) -> None:
+    async with client(settings()) as c:
+        _, made = await ok(c, "context_open", title="Fix the linker")
+        await ok(c, "context_open", title="Twin")
+        await ok(c, "context_open", title="Twin")
+        spaced = await error(c, "context_recall", session_id="fix the LINKER")
+        reopened = await error(c, "context_open", session_id="Fix the linker")
+        twins = await error(c, "context_append", session_id="twin", text="x")
+        _, new = await ok(c, "context_open", session_id="twin")  # a valid id: a new session
+    sid = made["session_id"]
+    assert spaced == (
+        f"no session 'fix the LINKER': that is the title of {sid}. "
+        f"Call again with session_id={sid!r}"
+    )
+    assert reopened.endswith(f"session_id={sid!r}")
+    assert twins.startswith("no session 'twin': that is the title of s") and twins.count(",") == 1
+    assert new["created"] is True and new["session_id"] == "twin"
+
+
 async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
     settings: SettingsFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
