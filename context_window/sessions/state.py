@@ -490,10 +490,13 @@ class SessionState:
         return [s for s in self.replacers.get(eid, ()) if not self.records[s]["deleted"]]
 
     def resolve(self, ref: str) -> str:
-        """The id ``ref`` names (an id or ``e42``), else ``ref``; InvalidInput if several."""
-        m = REF.fullmatch(ref)
-        if ref in self.pos or m is None:
-            return ref
+        """The id ``ref`` names (an id or ``e42``, in any case, or a label copied whole:
+        ``[e42 #tag (pinned)]``), else ``ref``; InvalidInput if several."""
+        words = ref.strip().strip("[]#").split()
+        key = words[0].casefold() if words and ref not in self.pos else ref
+        m = REF.fullmatch(key)
+        if key in self.pos or m is None:
+            return key if key in self.pos else ref
         found = [eid for eid in self.records.with_seq(int(m[2])) if eid.startswith(m[1])]
         if len(found) > 1:
             raise InvalidInput(f"{ref} names {len(found)} entries here: give the full id")

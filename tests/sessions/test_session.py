@@ -800,6 +800,8 @@ def test_an_entry_is_found_by_its_short_name(store: SessionStore, tmp_path: Path
     made = [s.append(f"note {i} on the parser") for i in range(5)]
     assert [e.ref for e in made] == ["e1", "e2", "e3", "e4", "e5"]
     assert s.get("e3").id == made[2].id and s.update("e4", pinned=True).id == made[3].id
+    for copied in ["E3", "[e3]", "#e3", " e3 ", "[e3 #build (pinned)]", made[2].id.upper()]:
+        assert s.get(copied).id == made[2].id, copied  # as a model copies it from a label
     with pytest.raises(NotFound):
         s.get("e99")
     assert s.save_snapshot()
