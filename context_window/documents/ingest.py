@@ -76,7 +76,8 @@ def ingest(
     """Ingest inline text or a file; the same doc_id replaces (first settings unless rechunk)."""
     started = time.perf_counter()
     if (text is None) == (file_path is None):
-        raise InvalidInput("give exactly one source: text=... or file_path=..., not both")
+        both = ", not both" if text is not None else ""
+        raise InvalidInput(f"give exactly one source: text=... or file_path=...{both}")
     if doc_id is not None:
         doc_id = store.spelled(check_id(doc_id, "doc_id"))  # another case replaces it
     check_title(title)

@@ -114,6 +114,17 @@ def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> st
     return "\n".join(lines)
 
 
+def unset_blanks(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` less the optional ones given as blank strings, which clients and small
+    models send to mean "not given" (``doc_search(doc_id="")`` searches every document)."""
+    required = set(schema.get("required", ()))
+    return {
+        k: v
+        for k, v in arguments.items()
+        if k in required or not (isinstance(v, str) and not v.strip())
+    }
+
+
 def ignored_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> str:
     """A note on the arguments ``tool`` lacks, which it ignores ('' when none): a model
     that writes ``pin`` for ``pinned`` must learn it, not find its entry unpinned."""

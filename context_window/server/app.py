@@ -31,6 +31,7 @@ from context_window.server.adapters import (
     guarded,
     ignored_arguments,
     output_schema,
+    unset_blanks,
 )
 from context_window.server.document_tools import register_document_tools
 from context_window.server.engine import SAVE_SECONDS, Engine
@@ -89,7 +90,8 @@ class SlimServer(MCPServer):
         if schema is None:
             known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
             raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
-        ignored = ignored_arguments(name, arguments or {}, schema)
+        arguments = unset_blanks(arguments or {}, schema)
+        ignored = ignored_arguments(name, arguments, schema)
         try:
             result = await super().call_tool(name, arguments, context)
         except ToolError as exc:

@@ -103,6 +103,31 @@ async def test_an_argument_the_tool_lacks_is_named_in_a_note(settings: SettingsF
 
 
 @pytest.mark.anyio
+@pytest.mark.anyio
+async def test_an_optional_argument_given_blank_is_not_given(settings: SettingsFactory) -> None:
+    async def call(c: Client, tool: str, **args: object) -> tuple[bool, str]:
+        result = await c.call_tool(tool, args)
+        return result.is_error, result.content[0].text  # type: ignore[union-attr]
+
+    async with Client(build_server(Service(settings()))) as c:
+        blank = {"doc_id": "", "title": " ", "file_path": ""}
+        made = await call(c, "doc_ingest", text="alpha beta\n", **blank)
+        await call(c, "doc_ingest", text="gamma delta\n", doc_id="g")
+        every = await call(c, "doc_search", query="alpha gamma", doc_id="")
+        opened = await call(c, "context_open", session_id="  ", title="")
+        await call(c, "context_open", session_id="x")
+        required = await call(c, "context_append", session_id="x", text="")
+        neither = await call(c, "doc_ingest", text="", file_path="")
+        both = await call(c, "doc_ingest", text="a", file_path="a.txt")
+    assert made[0] is False and made[1].startswith("Ingested doc d")
+    assert every[0] is False and "# g [0]" in every[1] and every[1].startswith("2 hits")
+    assert opened[0] is False and opened[1].startswith("Created session 's")
+    assert required == (True, "text must be a non-empty string")
+    assert neither == (True, "give exactly one source: text=... or file_path=...")
+    assert both == (True, "give exactly one source: text=... or file_path=..., not both")
+
+
+@pytest.mark.anyio
 async def test_every_tool_has_a_title_and_true_annotations(settings: SettingsFactory) -> None:
     async with Client(build_server(Service(settings()))) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
