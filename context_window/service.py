@@ -83,6 +83,7 @@ class Opened:
     pinned: list[Entry]
     recent: list[Entry]  # the latest live unpinned entries, oldest first
     budget: int
+    namesakes: tuple[str, ...] = ()  # other sessions with a new one's title, newest first
 
 
 @dataclass(frozen=True)
@@ -310,7 +311,10 @@ class Service:
         def work() -> Opened:
             session, created = self.sessions.open(session_id, title)
             pinned, recent = session.pinned_and_latest(RECENT)
-            return Opened(session, created, session.stats(), pinned, recent, self.settings.budget)
+            same = self.sessions.titled(title) if created and title else []
+            namesakes = tuple(i for i in same if i != session.id)
+            stats, budget = session.stats(), self.settings.budget
+            return Opened(session, created, stats, pinned, recent, budget, namesakes)
 
         opened = await self.run(session_key(session_id), work)
         self._embed(opened.session.id)

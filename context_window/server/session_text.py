@@ -72,6 +72,13 @@ def render_open(o: Opened) -> str:
     if o.recent:
         lines.append("Latest:")
         lines.extend("  " + preview(e) for e in o.recent)
+    if o.namesakes:  # a model resuming by title makes a new session instead
+        n, first = len(o.namesakes), o.namesakes[0]
+        who = "Another session has" if n == 1 else f"{n} other sessions have"
+        lines.append(
+            f"{who} this title: {', '.join(o.namesakes[:5])}. To resume "
+            f"{'it' if n == 1 else 'the newest'} instead: context_open(session_id='{first}')"
+        )
     tip = advice(stats, budget)
     lines.append(tip or "Next: context_append notes as you work; context_recall with a query.")
     return "\n".join(lines)

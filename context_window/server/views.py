@@ -175,6 +175,8 @@ def opened(o: Opened) -> CallToolResult:
         "budget": o.budget,
         "pinned": [pinned_data(e) for e in o.pinned],
     }
+    if o.namesakes:
+        data["namesakes"] = list(o.namesakes)
     return result(st.render_open(o), data)
 
 

@@ -203,10 +203,14 @@ class SessionStore:
             raise titled
         return check_id(session_id, "session_id")
 
+    def titled(self, title: str) -> list[str]:
+        """Ids of the sessions titled ``title`` in any case, newest first."""
+        return [s.id for s in self.list() if s.title.casefold() == title.strip().casefold()]
+
     def _titled(self, wanted: str) -> NotFound | None:
-        """NotFound naming the sessions titled ``wanted`` in any case: a model may take a
-        title for an id. None if there are none."""
-        ids = [s.id for s in self.list() if s.title.casefold() == wanted.strip().casefold()]
+        """NotFound naming the sessions titled ``wanted``: a model may take a title for an
+        id. None if there are none."""
+        ids = self.titled(wanted)
         if not ids:
             return None
         named = f"no session {wanted!r:.80}: that is the title of {known_ids(wanted, ids, 5)}"

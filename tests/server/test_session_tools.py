@@ -427,8 +427,9 @@ async def test_a_title_given_as_a_session_id_is_answered_with_the_id(
 ) -> None:
     async with client(settings()) as c:
         _, made = await ok(c, "context_open", title="Fix the linker")
-        await ok(c, "context_open", title="Twin")
-        await ok(c, "context_open", title="Twin")
+        _, twin1 = await ok(c, "context_open", title="Twin")
+        again, twin2 = await ok(c, "context_open", title="twin")  # a second one, told so
+        _, twin3 = await ok(c, "context_open", title="Twin")
         spaced = await error(c, "context_recall", session_id="fix the LINKER")
         reopened = await error(c, "context_open", session_id="Fix the linker")
         twins = await error(c, "context_append", session_id="twin", text="x")
@@ -439,8 +440,12 @@ async def test_a_title_given_as_a_session_id_is_answered_with_the_id(
         f"Call again with session_id={sid!r}"
     )
     assert reopened.endswith(f"session_id={sid!r}")
-    assert twins.startswith("no session 'twin': that is the title of s") and twins.count(",") == 1
+    assert twins.startswith("no session 'twin': that is the title of s") and twins.count(",") == 2
     assert new["created"] is True and new["session_id"] == "twin"
+    first = twin1["session_id"]
+    assert "namesakes" not in twin1 and twin2["namesakes"] == [first]
+    assert f"Another session has this title: {first}. To resume it instead: " in again
+    assert twin3["namesakes"] == [twin2["session_id"], first]  # newest first
 
 
 async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
