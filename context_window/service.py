@@ -243,7 +243,7 @@ class Service:
     async def arrived(self, doc_id: str) -> str:
         """``doc_id`` as stored, after up to ``FIRST_INGEST_WAIT`` s for a first ingest of
         it (else Busy)."""
-        doc_id = self.documents.spelled(doc_id)
+        doc_id = await anyio.to_thread.run_sync(self.documents.spelled, doc_id)
         root, began = self.documents.root, time.monotonic()
         while not (root / doc_id).is_dir() and await anyio.to_thread.run_sync(
             work_in_progress, root, doc_id
@@ -534,22 +534,20 @@ class Service:
     ) -> Paged:
         """Chunks in order within a budget, from ``first``, ``line`` or the cursor."""
         doc_id = await self.arrived(doc_id)
-        if session_id is not None:  # its cursor, as the session's id is stored
-            session_id = spelled(self.sessions.root, session_id)
         budget = budget_tokens or self.settings.budget
-        store = self.documents
+        store, sessions = self.documents, self.sessions.root
 
         def work() -> Paged:
-            reserve, terse = layout.reserve(
-                store.get(doc_id), session_id, budget, self.counter.count
-            )
+            # The session's cursor, under the session's id as stored.
+            sid = None if session_id is None else spelled(sessions, session_id)
+            reserve, terse = layout.reserve(store.get(doc_id), sid, budget, self.counter.count)
             w = store.window(
                 doc_id,
                 first,
                 last,
                 budget,
                 reset,
-                session_id,
+                sid,
                 line=line,
                 label=None if terse else layout.label,
                 reserve=reserve,

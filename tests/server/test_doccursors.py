@@ -75,9 +75,11 @@ async def test_invalid_session_id_is_refused_and_writes_nothing(tmp_path: Path) 
     root = ingest_root(tmp_path)
     async with serve(tmp_path, ingest_roots=[root]) as c:
         await ok(c, "doc_ingest", file_path="hdfs.log", doc_id="hdfs")
-        for bad in ("../escape", "", "a/b", "x" * 65):
+        for bad in ("../escape", "a/b", "x" * 65):
             msg = await error(c, "doc_window", doc_id="hdfs", session_id=bad)
             assert "invalid session_id" in msg and "A-Z a-z 0-9" in msg
+        _, shared = await ok(c, "doc_window", doc_id="hdfs", session_id="", budget_tokens=300)
+        assert shared["session_id"] is None  # blank is not given: the shared cursor
     folder = tmp_path / "data" / "documents" / "hdfs"
     assert not (folder / "cursors").exists()
     assert not (tmp_path / "data" / "documents" / "escape.json").exists()
