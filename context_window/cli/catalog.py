@@ -19,7 +19,7 @@ from context_window.models import Entry, SessionInfo, SessionStats
 from context_window.retrieval.analyzer import Analyzer
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
-from context_window.storage import check_id, is_valid_id
+from context_window.storage import is_valid_id
 from context_window.tokens import TokenCounter
 
 SEARCH_BUDGET = 1 << 40  # search shows matches, not what fits a model's window
@@ -86,7 +86,6 @@ class Catalog:
 
     def session(self, session_id: str) -> Session:
         """An existing session, replayed read-only (NotFound with a remedy otherwise)."""
-        check_id(session_id, "session id")
         return self._sessions.read(session_id)
 
     def sessions(self) -> list[SessionRow]:

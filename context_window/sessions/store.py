@@ -224,10 +224,11 @@ class SessionStore:
 
     def read(self, session_id: str) -> Session:
         """A session replayed for reading only, nothing written; NotFound if there is none."""
-        session_id = spelled(self.root, check_id(session_id, "session_id"))
+        session_id = spelled(self.root, self._checked(session_id))
         directory = self.root / session_id
         if not directory.is_dir():
-            raise NotFound(f"no session {session_id!r} in {self.root.parent}", remedy=OPEN_SESSION)
+            missing = f"no session {session_id!r} in {self.root.parent}"
+            raise self._titled(session_id) or NotFound(missing, remedy=OPEN_SESSION)
         meta = read_json(directory / "meta.json") or {"id": session_id, "title": session_id}
         meta["id"] = session_id
         # Read-only: a snapshot is read when it fits, never written.

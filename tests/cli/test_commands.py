@@ -129,10 +129,11 @@ def test_search_groups_sessions_and_documents(
         (["export", "doc", "nope"], "context-window docs"),
         (["search", "linker", "--doc", "nope"], "context-window docs"),
         (["window", "storage SPEC"], "title or file name of spec. Give its id, spec"),
+        (["show", "fixing the <!-- BUILD --> `linker`"], "title of work. Give its id, work"),
         (["search", "linker", "--session", "nope"], "context-window sessions"),
         (["search", "the"], "no searchable words"),
         (["search", "linker", "--limit", "0"], "limit"),
-        (["show", "../x"], "invalid session id"),
+        (["show", "../x"], "invalid session_id"),
         (["export", "session", "work", "-o", "/nonexistent/dir/w.jsonl"], "cannot write"),
     ],
 )

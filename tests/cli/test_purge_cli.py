@@ -62,7 +62,7 @@ def test_purge_errors_are_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "no session 'nosuch'" in done.stderr and "context-window sessions" in done.stderr
     done = purge(data, "../x")
-    assert done.returncode == 1 and "invalid session id" in done.stderr
+    assert done.returncode == 1 and "invalid session_id" in done.stderr
 
 
 @pytest.mark.anyio
