@@ -52,17 +52,29 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
     if "\x00" in file_path:
         raise AccessDenied("file_path contains a NUL byte; refusing it")
     real_roots = [root.resolve() for root in roots]
-    given = Path(file_path).expanduser()  # a model writes ~/logs/x.log as a shell would
-    candidate = given if given.is_absolute() else roots[0] / given
-    try:
-        real = candidate.resolve(strict=True)
-    except FileNotFoundError:
-        raise unavailable(file_path, roots) from None
-    except (OSError, RuntimeError, ValueError):  # a symlink loop, a long name, a lone surrogate
-        raise unavailable(file_path, roots) from None
-    if not _inside(real, real_roots):
-        raise unavailable(file_path, roots)
-    return real
+    for given in dict.fromkeys([Path(file_path).expanduser(), _as_written(file_path)]):
+        candidate = given if given.is_absolute() else roots[0] / given
+        try:
+            real = candidate.resolve(strict=True)
+        except (OSError, RuntimeError, ValueError):  # missing, a loop, a lone surrogate
+            continue
+        if _inside(real, real_roots):
+            return real
+    raise unavailable(file_path, roots)
+
+
+def _as_written(file_path: str) -> Path:
+    """``file_path`` as a model or a file manager writes it: padded, in quotes (Windows'
+    "Copy as path"), a ``file://`` URI (as MCP names roots), or under ``~``."""
+    text = file_path.strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    if text.lower().startswith("file://"):
+        from urllib.parse import urlsplit
+        from urllib.request import url2pathname
+
+        text = url2pathname(urlsplit(text).path)
+    return Path(text).expanduser()
 
 
 def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:

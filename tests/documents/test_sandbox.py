@@ -185,6 +185,32 @@ async def test_a_leading_tilde_is_the_home_directory(
     assert "no readable file '~/secret.txt'" in outside  # the roots still bound it
 
 
+@pytest.mark.anyio
+async def test_a_path_as_a_model_writes_it_is_read(tmp_path: Path, root: Path) -> None:
+    (root / "my notes.md").write_text("# Notes\nthe spaced one\n")
+    (tmp_path / "secret.txt").write_text("beside the root, not in it\n")
+    (root / " padded.txt").write_text("a name that starts with a space\n")
+    written = [
+        f"file://{root}/my%20notes.md",  # as MCP names roots
+        f'"{root}/sub/deep.txt"',  # Windows' "Copy as path"
+        f"  '{root}/ok.txt' \n",
+    ]
+    async with serve(tmp_path, [root]) as c:
+        answers = [await c.call_tool("doc_ingest", {"file_path": p}) for p in written]
+        exact = await c.call_tool("doc_ingest", {"file_path": " padded.txt"})
+        outside = await refused(c, file_path=f"file://{tmp_path}/secret.txt")
+        quoted_outside = await refused(c, file_path=f'"{tmp_path}/secret.txt"')
+    texts = [a.content[0].text for a in [*answers, exact]]  # type: ignore[union-attr]
+    assert not any(a.is_error for a in answers) and not exact.is_error, texts
+    assert [t.split(": ")[0].split(" (")[1] for t in texts] == [
+        "my notes.md)",
+        "deep.txt)",
+        "ok.txt)",
+        "padded.txt)",  # a name with a leading space, as written, is still read
+    ]
+    assert "no readable file 'file://" in outside and "no readable file '\"" in quoted_outside
+
+
 LOG = "".join(f"step {i}: compiled module_{i} ok\n" for i in range(300)) + "ERROR: link failed\n"
 
 
