@@ -62,7 +62,7 @@ def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool =
     if terse:  # a budget too small for the full header
         return f"{plural(hits, 'hit')} · {used}/{budget}"
     head = f"{plural(hits, 'hit')}, best first · {used}/{budget} tokens"
-    return f"{head} · {omitted} more matching lines not shown" if omitted else head
+    return f"{head} · {plural(omitted, 'more matching line')} not shown" if omitted else head
 
 
 def search_reserve(budget: int, count: Count) -> Reserve:
