@@ -8,6 +8,7 @@ import anyio
 
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import Ingested
+from context_window.wording import plural
 
 PROGRESS_SECONDS = 0.2
 
@@ -53,5 +54,5 @@ async def ingest_in_thread(
     if failure is not None:
         raise failure
     if report is not None:
-        await report(100.0, 100.0, f"done: {done.doc.chunks} chunks")
+        await report(100.0, 100.0, f"done: {plural(done.doc.chunks, 'chunk')}")
     return done

@@ -19,6 +19,7 @@ from context_window.config import recorded_chunk_settings
 from context_window.documents.cursors import all_cursors, write_cursor
 from context_window.documents.tables import Kept
 from context_window.storage import read_json, write_json_atomic
+from context_window.wording import plural
 
 BLOCK = 1 << 22
 Bytes = npt.NDArray[np.uint8]
@@ -80,7 +81,7 @@ def describe(kept: Kept) -> str:
         was = f"{kept.tail_old}-{kept.old_chunks - 1}"
         parts.append(f"{first}-{kept.new_chunks - 1}" + (f" (were {was})" if kept.shift else ""))
     where = f" ({', '.join(parts)})" if parts else ""
-    return f"kept {kept.unchanged} of {kept.new_chunks} chunks unchanged{where}"
+    return f"kept {kept.unchanged:,} of {plural(kept.new_chunks, 'chunk')} unchanged{where}"
 
 
 def _map(path: Path) -> Bytes:

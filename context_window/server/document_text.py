@@ -40,7 +40,7 @@ def render_ingest(done: Ingested) -> str:
 
 def render_doc_line(d: DocInfo, state: SourceState, sessions: int) -> str:
     """One doc_list line, with a second line saying how to refresh a stale source."""
-    cursors = f" (+{sessions} session cursors)" if sessions else ""
+    cursors = f" (+{plural(sessions, 'session cursor')})" if sessions else ""
     line = (
         f"  {d.id}: {d.title} — {plural(d.chunks, 'chunk')}, ~{d.tokens:,} tokens, "
         f"cursor {d.cursor}{cursors}, ingested {local_time(d.created_at)}"

@@ -174,6 +174,7 @@ async def test_ingest_reports_progress(tmp_path: Path) -> None:
         dup = await c.call_tool("doc_ingest", {"file_path": "big.log"})
         assert "Same content as doc" in text_of(dup)
     assert len(seen) >= 2 and seen[-1][0] == 100.0 and seen[-1][1] == 100.0
+    assert seen[-1][2] == f"done: {res.structured_content['chunks']:,} chunks"  # type: ignore[index]
     values = [v for v, _, _ in seen]
     assert values == sorted(values)
 
@@ -426,14 +427,18 @@ async def test_an_id_in_another_case_names_the_same_document(tmp_path: Path) -> 
         await ok(c, "context_open", session_id="Reader")
         paged, _ = await ok(c, "doc_window", doc_id="SPEC", session_id="reader")
         outline, _ = await ok(c, "doc_outline", doc_id="spec")
-        _, cursors = await ok(c, "doc_list")
+        listed_text, cursors = await ok(c, "doc_list")
         replaced, _ = await ok(c, "doc_ingest", text="# Spec\nalpha beta delta\n", doc_id="SPEC")
         _, listed = await ok(c, "doc_list")
         forgot, _ = await ok(c, "doc_forget", doc_id="sPeC")
         _, after = await ok(c, "doc_list")
     assert "# Spec [0]" in searched and "alpha beta gamma" in paged
     assert outline.startswith("Spec (Spec): chunks 0-0 of 1")
-    assert replaced.startswith("Replaced doc Spec (Spec)")
+    assert (
+        replaced.startswith("Replaced doc Spec (Spec)")
+        and "kept 0 of 1 chunk unchanged" in replaced
+    )
+    assert "(+1 session cursor)" in listed_text
     assert [d["id"] for d in listed["documents"]] == ["Spec"]
     assert cursors["documents"][0]["session_cursors"] == {"Reader": 1}
     assert forgot.startswith("Forgot doc Spec") and after["documents"] == []
