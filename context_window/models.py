@@ -114,6 +114,8 @@ class Recall:
     searchable: bool = True
     labels: dict[str, str] = field(default_factory=dict)  # each entry's label line, as packed
     words_only: bool = False  # ranked by words alone: the embeddings endpoint did not answer
+    queried: bool = True  # a query was given (else the newest were asked for)
+    tagged: bool = False  # only entries with given tags were asked for
 
 
 @dataclass(frozen=True)

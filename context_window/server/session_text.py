@@ -95,6 +95,15 @@ def recall_label(entry: Entry, dated: bool = False) -> str:
 NOTHING_MATCHED = "Nothing matched: try other words, or no query for the latest."
 
 
+def _nothing(rec: Recall) -> str:
+    """Why a recall shows no entry: no match, no entry with the tags, or none at all."""
+    if rec.queried:
+        return NOTHING_MATCHED
+    if rec.tagged:
+        return "No live entry has those tags: try without tags."
+    return "No live entries: context_append saves one."
+
+
 def recall_header(
     shown: int,
     candidates: int,
@@ -165,7 +174,7 @@ def render_recall(
         rec.words_only,
     )
     if not rec.entries:
-        return header if terse else f"{header}\n{NOTHING_MATCHED}"
+        return header if terse else f"{header}\n{_nothing(rec)}"
     return f"{header}\n\n{recall_body(rec) if body is None else body}"
 
 

@@ -407,7 +407,8 @@ class Session:
         ``sessions.meaning.blend``); else the newest. An entry costs its text and ``label``;
         ``reserve`` tokens are the header's."""
         self.refresh()
-        wanted = {t.casefold() for t in check_tags(tags)}  # a tag in any case
+        asked = check_tags(tags)
+        wanted = {t.casefold() for t in asked}  # a tag in any case
         n = len(self._state.order)
         seqs = np.array(self._state.seqs, dtype=np.float64)
         now = self.clock()
@@ -459,9 +460,11 @@ class Session:
                 break
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
+        beyond, queried = candidates - len(ranked), bool(query and query.strip())
         return Recall(
-            entries, candidates, packed, score_map, candidates - len(ranked), searchable, labels
-        )
+            entries, candidates, packed, score_map, beyond, searchable, labels,
+            queried=queried, tagged=bool(asked),
+        )  # fmt: skip
 
     def _pack(
         self,

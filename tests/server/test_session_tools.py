@@ -201,8 +201,14 @@ async def test_recall_nothing_matched_and_tags_and_limit(settings: SettingsFacto
         await ok(c, "context_open", session_id="s")
         await ok(c, "context_append", session_id="s", text="alpha one", tags=["x"])
         await ok(c, "context_append", session_id="s", text="alpha two", tags=["y"])
+        await ok(c, "context_open", session_id="empty")
+        empty, _ = await ok(c, "context_recall", session_id="empty")
+        assert empty.endswith("\nNo live entries: context_append saves one.")
         text, data = await ok(c, "context_recall", session_id="s", query="zebra")
         assert "Nothing matched" in text and data["entries"] == []
+        text, data = await ok(c, "context_recall", session_id="s", tags=["zebra"])
+        assert text.endswith("\nNo live entry has those tags: try without tags.")
+        assert data["entries"] == []
         text, data = await ok(c, "context_recall", session_id="s", tags=["y"])
         assert [e["text"] for e in data["entries"]] == ["alpha two"]
         assert text.startswith("1 of 1 entry, best first")  # not "1 of 1 entries"
