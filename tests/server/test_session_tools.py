@@ -440,6 +440,8 @@ async def test_a_title_given_as_a_session_id_is_answered_with_the_id(
         reopened = await error(c, "context_open", session_id="Fix the linker")
         twins = await error(c, "context_append", session_id="twin", text="x")
         _, new = await ok(c, "context_open", session_id="twin")  # a valid id: a new session
+        for _ in range(5):
+            many, more = await ok(c, "context_open", title="Twin")
     sid = made["session_id"]
     assert spaced == (
         f"no session 'fix the LINKER': that is the title of {sid}. "
@@ -452,6 +454,8 @@ async def test_a_title_given_as_a_session_id_is_answered_with_the_id(
     assert "namesakes" not in twin1 and twin2["namesakes"] == [first]
     assert f"Another session has this title: {first}. To resume it instead: " in again
     assert twin3["namesakes"] == [twin2["session_id"], first]  # newest first
+    # Three Twins, the session "twin" (titled by its id), four more: the text counts all 8.
+    assert "8 other sessions have this title: " in many and len(more["namesakes"]) == 5
 
 
 async def test_audit_lines_name_the_tool_and_outcome_but_no_content(
