@@ -126,6 +126,10 @@ class SessionStore:
         """Resume a session, or create it; returns (session, created)."""
         check_title(title)
         sid = spelled(self.root, self._checked(session_id)) if session_id else new_id("s")
+        return self._resume(sid, title)
+
+    def _resume(self, sid: str, title: str | None) -> tuple[Session, bool]:
+        """``open`` of ``sid``, a valid id as stored (or a new one)."""
         directory = self.root / sid
         meta_path = directory / "meta.json"
         meta = read_json(meta_path)
@@ -194,7 +198,7 @@ class SessionStore:
             known = known_ids(session_id, self.ids(), 10)
             missing = f"no session {session_id!r} (known sessions: {known})"
             raise self._titled(session_id) or NotFound(missing, remedy=OPEN_SESSION)
-        return session if session is not None else self.open(session_id)[0]
+        return session if session is not None else self._resume(session_id, None)[0]
 
     def _checked(self, session_id: str) -> str:
         """``session_id`` if it is a valid id; else InvalidInput, or NotFound naming the
