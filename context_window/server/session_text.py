@@ -57,6 +57,9 @@ def advice(stats: SessionStats, budget: int) -> str:
     return ""
 
 
+NAMESAKES_SHOWN = 5  # the newest sessions of a new one's title that context_open names
+
+
 def render_open(o: Opened) -> str:
     """context_open's text: counts, gauge, pinned entries and the latest entries."""
     verb = "Created" if o.created else "Resumed"
@@ -76,7 +79,7 @@ def render_open(o: Opened) -> str:
         n, first = len(o.namesakes), o.namesakes[0]
         who = "Another session has" if n == 1 else f"{n} other sessions have"
         lines.append(
-            f"{who} this title: {', '.join(o.namesakes[:5])}. To resume "
+            f"{who} this title: {', '.join(o.namesakes[:NAMESAKES_SHOWN])}. To resume "
             f"{'it' if n == 1 else 'the newest'} instead: context_open(session_id='{first}')"
         )
     tip = advice(stats, budget)

@@ -176,7 +176,7 @@ def opened(o: Opened) -> CallToolResult:
         "pinned": [pinned_data(e) for e in o.pinned],
     }
     if o.namesakes:
-        data["namesakes"] = list(o.namesakes[:5])  # the newest, as the text names them
+        data["namesakes"] = list(o.namesakes[: st.NAMESAKES_SHOWN])  # as the text names them
     return result(st.render_open(o), data)
 
 
