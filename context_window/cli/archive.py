@@ -11,7 +11,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -31,7 +31,7 @@ from context_window.config import recorded_chunk_settings
 from context_window.documents.build import Progress, encode_text, no_progress, sha256_of
 from context_window.documents.sandbox import decode_utf8
 from context_window.documents.store import MAX_CHARS, DocumentStore
-from context_window.documents.tables import DocInfo, chunk_record
+from context_window.documents.tables import DocInfo
 from context_window.errors import (
     LIST_DOCUMENTS,
     REINGEST,
@@ -152,7 +152,7 @@ def export_document(
     if fmt == "md":
         out.writelines(document_markdown(meta, text))
     else:
-        chunks = (chunk_record(c) for c in store.tables(doc).cut(text))
+        chunks = (asdict(c) for c in store.tables(doc).cut(text))
         out.writelines(document_jsonl(meta, text, counted(chunks, doc.chunks, progress, "chunks")))
     return Exported("document", doc.id, doc.chunks, 0)
 

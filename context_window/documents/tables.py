@@ -248,19 +248,6 @@ def _read_at(path: str, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
-def chunk_record(c: Chunk) -> dict[str, Any]:
-    """A chunk as a record of an archive's JSON lines (the one list of its fields)."""
-    return {
-        "index": c.index,
-        "text": c.text,
-        "tokens": c.tokens,
-        "start": c.start,
-        "end": c.end,
-        "heading": c.heading,
-        "line": c.line,
-    }
-
-
 class WindowLayout(Protocol):
     """What an edge puts around a window's chunks, which packing leaves room for."""
 

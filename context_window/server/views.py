@@ -4,6 +4,7 @@ that instead of the text)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -13,7 +14,7 @@ from context_window.documents.outline import Outline
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
 from context_window.errors import REINGEST
-from context_window.models import Chunk, Count, Entry, SessionPage
+from context_window.models import Count, Entry, SessionPage
 from context_window.packing import fit_data, settle
 from context_window.server import document_text as dt
 from context_window.server import session_text as st
@@ -44,24 +45,9 @@ def result(
 
 
 def entry_data(entry: Entry) -> dict[str, Any]:
-    """An entry as structured content."""
-    return {
-        "id": entry.id,
-        "ref": entry.ref,
-        "seq": entry.seq,
-        "created_at": entry.created_at,
-        "role": entry.role,
-        "text": entry.text,
-        "tokens": entry.tokens,
-        "tags": list(entry.tags),
-        "pinned": entry.pinned,
-        "deleted": entry.deleted,
-        "superseded": entry.superseded,
-        "replaced_by": list(entry.replaced_by),
-        "replaces": list(entry.replaces),
-        "expires_at": entry.expires_at,
-        "expired": entry.expired,
-    }
+    """An entry as structured content: every field, lists as lists, and its ref."""
+    data = {f.name: getattr(entry, f.name) for f in fields(entry)}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()} | {"ref": entry.ref}
 
 
 def pinned_data(entry: Entry) -> dict[str, Any]:
@@ -75,55 +61,16 @@ def pinned_data(entry: Entry) -> dict[str, Any]:
 
 def recalled_data(entry: Entry, score: float) -> dict[str, Any]:
     """A recalled entry as structured content, flags and lists only when set."""
-    out: dict[str, Any] = {
-        "id": entry.id,
-        "ref": entry.ref,
-        "created_at": entry.created_at,
-        "role": entry.role,
-        "text": entry.text,
-        "score": score,
-    }
-    optional = (
-        ("tags", list(entry.tags)),
-        ("pinned", entry.pinned),
-        ("deleted", entry.deleted),
-        ("superseded", entry.superseded),
-        ("replaced_by", list(entry.replaced_by)),
-        ("replaces", list(entry.replaces)),
-        ("expires_at", entry.expires_at),
-        ("expired", entry.expired),
-    )
-    out.update((k, v) for k, v in optional if v)
-    return out
+    data = entry_data(entry)
+    shown = {k: data.pop(k) for k in ("id", "ref", "created_at", "role", "text")}
+    del data["seq"], data["tokens"]
+    return shown | {"score": score} | {k: v for k, v in data.items() if v}
 
 
 def doc_data(doc: DocInfo) -> dict[str, Any]:
     """A document's metadata as structured content."""
-    return {
-        "id": doc.id,
-        "title": doc.title,
-        "source": doc.source,
-        "sha256": doc.sha256,
-        "chars": doc.chars,
-        "chunks": doc.chunks,
-        "tokens": doc.tokens,
-        "cursor": doc.cursor,
-        "created_at": doc.created_at,
-        "summary_cached": doc.summary is not None,
-    }
-
-
-def chunk_data(chunk: Chunk) -> dict[str, Any]:
-    """A chunk as structured content."""
-    return {
-        "index": chunk.index,
-        "text": chunk.text,
-        "tokens": chunk.tokens,
-        "start": chunk.start,
-        "end": chunk.end,
-        "heading": chunk.heading,
-        "line": chunk.line,
-    }
+    shown = ("id", "title", "source", "sha256", "chars", "chunks", "tokens", "cursor", "created_at")
+    return {k: getattr(doc, k) for k in shown} | {"summary_cached": doc.summary is not None}
 
 
 def kept_data(kept: Kept | None) -> dict[str, Any]:
@@ -347,7 +294,7 @@ def paged(p: Paged, count: Count) -> CallToolResult:
     data = {
         "doc_id": w.doc.id,
         "session_id": w.session_id,
-        "chunks": [chunk_data(c) for c in w.chunks],
+        "chunks": [asdict(c) for c in w.chunks],
         "cursor": w.cursor,
         "total_chunks": w.doc.chunks,
         "at_end": w.at_end,
