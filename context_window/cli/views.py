@@ -250,22 +250,7 @@ def search_json(found: Found) -> dict[str, Any]:
             {"session_id": h.session_id, "score": h.score, **entry_json(h.entry)}
             for h in found.entries
         ],
-        "lines": [
-            {
-                "doc_id": h.doc_id,
-                "title": h.title,
-                "score": h.score,
-                "chunk": h.chunk,
-                "heading": h.heading,
-                "first_line": h.first_line,
-                "last_line": h.last_line,
-                "passages": [
-                    {"first": p.first, "last": p.last, "text": p.text, "like": p.like}
-                    for p in h.passages
-                ],
-            }
-            for h in (found.lines.hits if found.lines is not None else ())
-        ],
+        "lines": [h.data() for h in (found.lines.hits if found.lines is not None else ())],
     }
 
 

@@ -8,7 +8,7 @@ most ``limit`` chunks; the rest of the budget goes to the lines around them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from context_window.documents.passages import Group, Passage, Shapes, materialize, surroundings
@@ -39,6 +39,15 @@ class LineHit:
     def render(self, short: bool = False) -> str:
         """The header, then the passages in line order, each numbered."""
         return "\n".join([self.header(short), *(p.render() for p in self.passages)])
+
+    def data(self) -> dict[str, Any]:
+        """The hit as JSON: a tool's structured content and the CLI's ``--json``."""
+        passages = [
+            {"first_line": p.first, "last_line": p.last, "text": p.text, "like_lines": p.like}
+            for p in self.passages
+        ]
+        fixed = {f.name: getattr(self, f.name) for f in fields(self)}
+        return fixed | {"score": round(self.score, 4), "passages": passages}
 
 
 @dataclass(frozen=True)

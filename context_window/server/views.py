@@ -9,7 +9,6 @@ from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
-from context_window.documents.answers import LineHit
 from context_window.documents.outline import Outline
 from context_window.documents.summaries import DocSummary
 from context_window.documents.tables import DocInfo, Ingested, Kept
@@ -87,23 +86,6 @@ def kept_data(kept: Kept | None) -> dict[str, Any]:
         "changed": kept.new_chunks - kept.unchanged,
         "unchanged_ranges": ranges,
         "previous_chunks": kept.old_chunks,
-    }
-
-
-def hit_data(hit: LineHit) -> dict[str, Any]:
-    """A search hit as structured content."""
-    return {
-        "doc_id": hit.doc_id,
-        "title": hit.title,
-        "chunk": hit.chunk,
-        "heading": hit.heading,
-        "first_line": hit.first_line,
-        "last_line": hit.last_line,
-        "score": round(hit.score, 4),
-        "passages": [
-            {"first_line": p.first, "last_line": p.last, "text": p.text, "like_lines": p.like}
-            for p in hit.passages
-        ],
     }
 
 
@@ -277,7 +259,7 @@ def searched(s: Searched, count: Count) -> CallToolResult:
     data = {
         "query": s.query,
         "searchable": True,
-        "hits": [hit_data(h) for h in found.hits],
+        "hits": [h.data() for h in found.hits],
         "omitted": found.omitted,
         "used_tokens": used,
         "budget": s.budget,

@@ -1,8 +1,10 @@
 """The command line answers like the tools: `search` shows the lines doc_search shows the
-model, numbered and best first, and `window --line N` opens where doc_window(line=N) does."""
+model, numbered and best first (`--json`: its structured content), and `window --line N`
+opens where doc_window(line=N) does."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -43,12 +45,14 @@ async def test_search_shows_the_lines_doc_search_shows(settings: SettingsFactory
     if not LOGHUB.is_dir():
         pytest.skip(f"loghub samples not found at {LOGHUB}")
     s = settings(ingest_roots=[LOGHUB / "HDFS"])
-    tool_lines, tool_windows = {}, {}
+    tool_lines, tool_hits, tool_windows = {}, {}, {}
     async with client(s) as c:
         text_of(await c.call_tool("doc_ingest", {"file_path": "HDFS_2k.log", "doc_id": "hdfs"}))
         for query in QUERIES:
-            found = text_of(await c.call_tool("doc_search", {"query": query, "doc_id": "hdfs"}))
-            tool_lines[query] = NUMBERED.findall(found)
+            result = await c.call_tool("doc_search", {"query": query, "doc_id": "hdfs"})
+            tool_lines[query] = NUMBERED.findall(text_of(result))
+            assert result.structured_content is not None
+            tool_hits[query] = result.structured_content["hits"]
         for line in (1, 500, 1999):
             shown = text_of(await c.call_tool("doc_window", {"doc_id": "hdfs", "line": line}))
             tool_windows[line] = shown.split("\n[", 1)[1]
@@ -57,6 +61,8 @@ async def test_search_shows_the_lines_doc_search_shows(settings: SettingsFactory
         assert done.returncode == 0, done.stderr
         assert tool_lines[query], query
         assert NUMBERED.findall(done.stdout) == tool_lines[query], query
+        done = run_cli("search", query, "--doc", "hdfs", "--json", data=s.data_dir)
+        assert json.loads(done.stdout)["lines"] == tool_hits[query], query  # the same keys too
     for line, shown in tool_windows.items():
         done = run_cli("window", "hdfs", "--line", str(line), data=s.data_dir)
         assert done.returncode == 0, done.stderr
