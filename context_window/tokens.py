@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass
@@ -49,15 +50,13 @@ def truncate(text: str, budget: int, ratio: float, marker: str = " …") -> str:
 def longest_prefix(
     text: str, start: int, end: int, budget: int, ratio: float, *, shortest: int = 1
 ) -> int:
-    """The longest ``n`` whose ``text[start:start + n]`` fits ``budget`` (binary search)."""
-    lo, hi = shortest, end - start
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if estimate(text[start : start + mid], ratio) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    """The longest ``n`` whose ``text[start:start + n]`` fits ``budget`` (at least ``shortest``)."""
+    over = bisect.bisect_left(
+        range(shortest + 1, end - start + 1),
+        True,
+        key=lambda n: estimate(text[start : start + n], ratio) > budget,
+    )
+    return shortest + over
 
 
 def calibrated_ratio(

@@ -8,6 +8,7 @@ searched.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import json
@@ -356,17 +357,12 @@ class DocIndex:
             return self.n_words + at if found else -1
         key = term.encode("utf-8")
         off, blob = self._term_off, self._terms
-        lo, hi = 0, self.n_words
-        while lo < hi:
-            mid = (lo + hi) // 2
-            probe = blob[int(off[mid]) : int(off[mid + 1])]
-            if probe < key:
-                lo = mid + 1
-            elif probe > key:
-                hi = mid
-            else:
-                return mid
-        return -1
+
+        def word(i: int) -> bytes:
+            return blob[int(off[i]) : int(off[i + 1])]
+
+        at = bisect.bisect_left(range(self.n_words), key, key=word)
+        return at if at < self.n_words and word(at) == key else -1
 
     def postings(self, term_id: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.generic]]:
         """(chunk numbers, term frequencies) of one term, checked as they are read."""
