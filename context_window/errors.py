@@ -21,20 +21,6 @@ INGEST_FIRST = "ingest-first"  # an unknown document
 USE_ID = "use-id"  # facts: name (the argument), id (of what the title named)
 REINGEST = "reingest"  # a damaged document
 SET_INGEST_ROOT = "set-ingest-root"  # a file named, but no ingest root configured
-REMEDIES = (
-    SPLIT_OR_INGEST,
-    FIND_ENTRY,
-    FIND_COMPACTION,
-    UNCOMPACT_FIRST,
-    REDO_COMPACTION,
-    RETRY,
-    OPEN_SESSION,
-    LIST_DOCUMENTS,
-    INGEST_FIRST,
-    USE_ID,
-    REINGEST,
-    SET_INGEST_ROOT,
-)
 
 
 class ContextWindowError(Exception):

@@ -80,10 +80,6 @@ class Catalog:
             self._documents = DocumentStore(self.data_dir, self.counter)  # never recovered
         return self._documents
 
-    def session_ids(self) -> list[str]:
-        """Ids of the session directories the server would open."""
-        return [sid for sid in self._sessions.ids() if is_valid_id(sid)]
-
     def session(self, session_id: str) -> Session:
         """An existing session, replayed read-only (NotFound with a remedy otherwise)."""
         return self._sessions.read(session_id)
@@ -128,15 +124,13 @@ class Catalog:
             raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
         entries: list[EntryHit] = []
         if session_id is not None or doc_id is None:
-            ids = [session_id] if session_id is not None else self.session_ids()
-            for sid in ids:
-                maybe = self.session(sid) if session_id is not None else self._readable(sid)
-                if maybe is None:
+            every = map(self._readable, filter(is_valid_id, self._sessions.ids()))
+            for session in [self.session(session_id)] if session_id is not None else every:
+                if session is None:
                     continue
-                session = maybe
                 recall = session.recall(query, SEARCH_BUDGET)  # no limit: pinned come first
                 hits = [
-                    EntryHit(sid, session.title, e, recall.scores[e.id])
+                    EntryHit(session.id, session.title, e, recall.scores[e.id])
                     for e in recall.entries
                     if wanted.intersection(analyzer.terms(e.text + " " + " ".join(e.tags)))
                 ]  # recall keeps pinned entries whether or not they match; a search does not
@@ -148,16 +142,13 @@ class Catalog:
             self.document(doc_id)  # the error for an unknown id names `context-window docs`
             lines = self._answer(query, doc_id, limit)
         elif session_id is None and self.documents_store.all():
-            lines = self._answer_every(query, limit)
+            lines = self._answer(query, None, limit)
         return Found(tuple(entries[:limit]), lines)
 
     def _answer(self, query: str, doc_id: str | None, limit: int) -> Answer | None:
-        """The best lines as doc_search builds them, in the same budget and room."""
+        """The best lines as doc_search builds them, in the same budget and room; a damaged
+        document a search of all skips is noted in ``damaged``."""
         reserve, _ = search_reserve(self.budget, self.counter.count)
-        return self.documents_store.answer(query, doc_id, limit, self.budget, reserve)
-
-    def _answer_every(self, query: str, limit: int) -> Answer | None:
-        """The best lines of every document; a damaged one is skipped, noted in ``damaged``."""
-        found = self._answer(query, None, limit)
+        found = self.documents_store.answer(query, doc_id, limit, self.budget, reserve)
         self.damaged.update(found.skipped if found else ())
         return found

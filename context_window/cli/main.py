@@ -38,7 +38,7 @@ from context_window.version import __version__
 
 log = logging.getLogger("context_window")
 
-# What a person at the shell can do about an error (see ``errors.REMEDIES``).
+# What a person at the shell can do about an error (the remedies of ``errors``).
 ADVICE = {
     errors.SPLIT_OR_INGEST: ". Split it, or ingest it as a document",
     errors.FIND_ENTRY: "; `context-window show SESSION` lists its entry ids",

@@ -27,7 +27,7 @@ DESTROYS = ToolAnnotations(destructive_hint=True, open_world_hint=False)
 # doc_ingest replaces a doc_id (destructive); the same text twice is one copy (idempotent).
 REPLACES = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
-# What the model can do about an error (see ``errors.REMEDIES``): the tool to call.
+# What the model can do about an error (the remedies of ``errors``): the tool to call.
 ADVICE = {
     errors.SPLIT_OR_INGEST: ". Split it, or ingest it as a document with doc_ingest",
     errors.FIND_ENTRY: "; entry ids are shown by context_recall and context_append",
