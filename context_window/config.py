@@ -275,6 +275,29 @@ def _validated(s: Settings) -> Settings:
     return s  # an ingest root that does not exist is reported at start and by doc_ingest
 
 
+def bare_host(host: str) -> str:
+    """A host without IPv6 brackets."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def url_host(host: str) -> str:
+    """A host as a URL or a Host header writes it: an IPv6 literal in brackets."""
+    bare = bare_host(host)
+    return f"[{bare}]" if ":" in bare else bare
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether a bind host means every interface (0.0.0.0, ::)."""
+    return bare_host(host.strip()) in {"", "0.0.0.0", "::", "*"}
+
+
+def local_url(s: Settings, path: str) -> str:
+    """Where a client on this machine reaches the HTTP server: a wildcard bind at loopback
+    (IPv6's for ``::``, which binds IPv6 only)."""
+    host = ("::1" if ":" in s.host else "127.0.0.1") if is_wildcard(s.host) else s.host
+    return f"http://{url_host(host)}:{s.port}{path}"
+
+
 def missing_roots(s: Settings) -> list[Path]:
     """The ingest roots that are not existing directories on this machine."""
     return [root for root in s.ingest_roots if not root.is_dir()]

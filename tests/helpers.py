@@ -103,7 +103,8 @@ def http_server(
 
     ``env`` is the whole environment; by default ours without CTX_* variables.
     """
-    port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host.strip("[]"), host.strip("[]"))
+    port = free_port(local)
     data = tmp_path / f"data-{port}"
     cmd = (
         list(command)
@@ -116,8 +117,7 @@ def http_server(
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
     with out.open("wb") as o, err.open("wb") as e:
         proc = subprocess.Popen(cmd, stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    shown = f"[{shown}]" if ":" in shown else shown
+    shown = f"[{local}]" if ":" in local else local
     running = Running(proc, f"http://{shown}:{port}", out, err)
     try:
         deadline = time.monotonic() + 30

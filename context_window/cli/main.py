@@ -30,8 +30,10 @@ from context_window.config import (
     choices,
     declared,
     load_settings,
+    local_url,
     missing_roots,
     shown_default,
+    url_host,
 )
 from context_window.errors import ConfigError, ContextWindowError, advised
 from context_window.version import __version__
@@ -241,11 +243,6 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _url_host(host: str) -> str:
-    """An IPv6 literal in brackets, as URLs write it."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
 def startup_line(settings: Settings) -> str:
     """The one line logged at start: version, transport, absolute data dir, roots, LLM."""
     roots = ", ".join(str(r) for r in settings.ingest_roots) or "none"
@@ -253,7 +250,7 @@ def startup_line(settings: Settings) -> str:
     where = (
         "stdio"
         if settings.transport == "stdio"
-        else (f"http://{_url_host(settings.host)}:{settings.port}/mcp")
+        else (f"http://{url_host(settings.host)}:{settings.port}/mcp")
     )
     return (
         f"context-window {__version__} serving on {where}; data dir {settings.data_dir}; "
@@ -354,20 +351,18 @@ def served_settings(own: Settings, pid1: Path = Path("/proc/1/cmdline")) -> Sett
 
 
 def _health(settings: Settings, _ns: argparse.Namespace) -> int:
-    import urllib.error
     import urllib.request
 
     served = served_settings(settings)
     if served.transport != "http":
         _say("stdio server: nothing to probe (healthy while it runs)")
         return 0
-    host = "127.0.0.1" if served.host in ("0.0.0.0", "::", "") else served.host
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{served.port}/health"
+    url = local_url(served, "/health")
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_SECONDS) as reply:
             _say(f"{url}: {reply.status}")
             return 0 if reply.status == 200 else 1
-    except (OSError, urllib.error.URLError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a host no URL can hold
         sys.stderr.write(f"context-window: unhealthy: {url}: {exc}\n")
         return 1
 

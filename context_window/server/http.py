@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from context_window.config import Settings
+from context_window.config import Settings, bare_host, is_wildcard, url_host
 from context_window.server.engine import SAVE_SECONDS, Engine
 from context_window.version import __version__
 
@@ -35,40 +35,18 @@ HEALTH_PATH = "/health"
 # Inline doc_ingest text may be up to 20,000,000 characters; JSON escaping adds a little.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-_WILDCARD = {"", "0.0.0.0", "::", "[::]", "*"}
 _REALM = 'Bearer realm="context-window"'
-
-
-def _bare(host: str) -> str:
-    """A host without IPv6 brackets."""
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def is_loopback(host: str) -> bool:
     """Whether a bind host only accepts connections from this machine."""
-    bare = _bare(host).lower()
+    bare = bare_host(host).lower()
     if bare == "localhost":
         return True
     try:
         return ipaddress.ip_address(bare).is_loopback
     except ValueError:
         return False
-
-
-def is_wildcard(host: str) -> bool:
-    """Whether a bind host means every interface (0.0.0.0, ::)."""
-    return _bare(host).strip() in _WILDCARD or host.strip() in _WILDCARD
-
-
-def host_name(host: str) -> str:
-    """A host as it appears in a Host header or URL: IPv6 literals in brackets."""
-    bare = _bare(host)
-    try:
-        if ipaddress.ip_address(bare).version == 6:
-            return f"[{bare}]"
-    except ValueError:
-        pass
-    return bare
 
 
 def allowed_host_names(settings: Settings) -> list[str]:
@@ -81,8 +59,8 @@ def allowed_host_names(settings: Settings) -> list[str]:
     else:  # the address bound, loopback ones such as 127.0.0.2 included
         extra = [settings.host]
     for name in extra:
-        if name and host_name(name) not in names:
-            names.append(host_name(name))
+        if name and url_host(name) not in names:
+            names.append(url_host(name))
     return names
 
 
@@ -333,7 +311,7 @@ def uvicorn_config(asgi: ASGIApp, settings: Settings) -> uvicorn.Config:
     """Uvicorn settings: our bind, logs through the root (stderr) handler, no access log."""
     return uvicorn.Config(
         asgi,
-        host=_bare(settings.host),
+        host=bare_host(settings.host),
         port=settings.port,
         log_config=None,  # uvicorn's default config sends the access log to stdout
         access_log=False,

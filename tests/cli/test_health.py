@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import free_port, http_server, server_command
 
 from context_window.cli.main import served_settings
@@ -30,6 +31,26 @@ def test_a_running_http_server_is_healthy_and_a_missing_one_is_not(tmp_path: Pat
     gone = health("--http", "--port", str(free_port()))
     assert gone.returncode == 1
     assert "unhealthy" in gone.stderr and "/health" in gone.stderr
+
+
+def _ipv6() -> bool:
+    try:
+        free_port("::1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+@pytest.mark.parametrize("host", ["[::1]", "::1", "::", "[::]"])
+def test_an_ipv6_bind_is_probed_at_its_own_loopback(tmp_path: Path, host: str) -> None:
+    """A bracketed literal was put in brackets again (a traceback), and a wildcard ``::``
+    binds IPv6 only, so probing 127.0.0.1 called a healthy server unhealthy."""
+    with http_server(tmp_path, host=host) as running:
+        port = running.base.rsplit(":", 1)[1]
+        done = health("--http", "--host", host, "--port", port)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"http://[::1]:{port}/health: 200\n"
 
 
 def test_a_stdio_server_has_nothing_to_probe() -> None:
