@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from context_window.config import Settings
 from context_window.errors import ConfigError
+from context_window.wording import plural
 
 if TYPE_CHECKING:
     from context_window.cli.catalog import Catalog
@@ -162,13 +163,11 @@ def _export(settings: Settings, ns: argparse.Namespace) -> int:
             target, sys.stdout, lambda out: export(catalog, ns.id, ns.format, out, meter)
         )
     if done.skipped:
-        sys.stderr.write(
-            f"context-window: skipped {done.skipped} unreadable or invalid journal line(s) "
-            "(see context-window doctor)\n"
-        )
+        lines = plural(done.skipped, "unreadable or invalid journal line")
+        sys.stderr.write(f"context-window: skipped {lines} (see context-window doctor)\n")
     if target is not None:
-        what = "records" if done.kind == "session" else "chunks"
-        sys.stderr.write(f"exported {done.kind} {done.id} ({done.records} {what}) to {target}\n")
+        what = plural(done.records, "record" if done.kind == "session" else "chunk")
+        sys.stderr.write(f"exported {done.kind} {done.id} ({what}) to {target}\n")
     return 0
 
 
@@ -202,9 +201,9 @@ def _import(settings: Settings, ns: argparse.Namespace) -> int:
             chunking=chunking,
             progress=meter,
         )
-    what = "entries" if done.kind == "session" else "chunks"
+    what = plural(done.records, "entry" if done.kind == "session" else "chunk")
     verb = "replaced" if done.replaced else "imported"
-    _out(f"{verb} {done.kind} {done.id} ({done.records} {what}): {done.title}")
+    _out(f"{verb} {done.kind} {done.id} ({what}): {done.title}")
     if done.duplicate_of:
         _out(f"note: document {done.duplicate_of} holds the same text")
     return 0
@@ -220,7 +219,6 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     """Ingest a file a person names: its own folder is the ingest root for this call."""
     from context_window.cli.progress import Meter
     from context_window.service import Service
-    from context_window.wording import plural
 
     path = ns.file.expanduser().resolve()
     if not path.exists():

@@ -176,7 +176,9 @@ def _audit_meta(report: Report, directory: Path, required: tuple[str, ...]) -> d
         return {}
     missing = [k for k in required if k not in meta]
     if missing:
-        report.add(path, f"missing field(s): {', '.join(missing)}")
+        report.add(
+            path, f"missing {'fields' if len(missing) > 1 else 'field'}: {', '.join(missing)}"
+        )
     if "id" in meta and meta["id"] != directory.name:
         report.add(path, f"id {meta['id']!r} does not match the directory name")
     return meta

@@ -113,7 +113,9 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     )
     lines = [_fit(f"{session.id}: {session.title}", WIDTH), *textwrap.wrap(counts, WIDTH)]
     if stats.skipped_lines:
-        lines.append(f"{stats.skipped_lines} unreadable line(s) skipped; see context-window doctor")
+        lines.append(
+            f"{plural(stats.skipped_lines, 'unreadable line')} skipped; see context-window doctor"
+        )
     if not everything and stats.live < stats.total:
         lines.append("showing live entries; --all adds superseded, expired and deleted ones")
     for e in entries:

@@ -306,6 +306,12 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     # --to is whole, not a prefix of --tools or --token-ratio (which made it ambiguous)
     assert main(["window", "deploy", "--to", "0", "--data-dir", str(data)]) == 0
     assert capsys.readouterr().out.startswith("deploy: Deploy · chunks 0-0 of 1")
+    out = str(tmp_path / "deploy.md")  # counts of one read as such
+    assert main(["export", "doc", "deploy", "--format", "md", "-o", out,
+                 "--data-dir", str(data)]) == 0  # fmt: skip
+    assert capsys.readouterr().err == f"exported document deploy (1 chunk) to {out}\n"
+    assert main(["import", out, "--doc-id", "copy", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out.startswith("imported document copy (1 chunk): Deploy")
     assert main(["ingest", str(tmp_path / "missing.log"), "--data-dir", str(data)]) == 2
     assert "no such file: " in capsys.readouterr().err
     assert main(["ingest", str(tmp_path), "--data-dir", str(data)]) == 2
