@@ -5,6 +5,7 @@ header), ``fit_chunks`` and ``fit_data`` (JSON)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -78,13 +79,7 @@ def leading(costs: Iterable[int] | npt.NDArray[np.integer], budget: int) -> int:
     """How many items from the start fit ``budget`` together; a lazy iterable will do."""
     if isinstance(costs, np.ndarray):
         return int(np.searchsorted(np.cumsum(costs), budget, side="right"))
-    used = taken = 0
-    for cost in costs:
-        used += cost
-        if used > budget:
-            break
-        taken += 1
-    return taken
+    return sum(1 for _ in itertools.takewhile(budget.__ge__, itertools.accumulate(costs)))
 
 
 def fit_lines(
