@@ -28,22 +28,17 @@ _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 def check_id(value: str, what: str = "id") -> str:
     """Return ``value`` if it is a safe id, else raise InvalidInput saying the rule."""
-    if not isinstance(value, str) or not _ID.fullmatch(value) or value in {".", ".."}:
-        shown = repr(value)[:80]
+    if not is_valid_id(value):
         raise InvalidInput(
-            f"invalid {what} {shown}: use 1-64 characters from A-Z a-z 0-9 . _ -, "
+            f"invalid {what} {repr(value)[:80]}: use 1-64 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
     return value
 
 
 def is_valid_id(value: str) -> bool:
-    """Whether ``value`` passes :func:`check_id` (for listing directories, not for input)."""
-    try:
-        check_id(value)
-    except InvalidInput:
-        return False
-    return True
+    """Whether ``value`` is a safe id: the rule ``check_id`` states."""
+    return isinstance(value, str) and bool(_ID.fullmatch(value)) and value not in {".", ".."}
 
 
 def new_id(prefix: str) -> str:
