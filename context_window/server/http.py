@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_window.config import Settings, bare_host, is_wildcard, url_host
+from context_window.errors import ConfigError
 from context_window.server.engine import SAVE_SECONDS, Engine
 from context_window.version import __version__
 
@@ -323,6 +324,13 @@ def uvicorn_config(asgi: ASGIApp, settings: Settings) -> uvicorn.Config:
 def serve_http(app: MCPServer, engine: Engine) -> None:
     """Serve ``app`` over Streamable HTTP until interrupted; the lifespan runs inside."""
     settings = engine.settings
+    try:  # a host nothing resolves: one line naming it, not uvicorn's bare errno
+        socket.getaddrinfo(bare_host(settings.host) or None, settings.port)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(
+            f"cannot serve HTTP on host {settings.host!r}: {getattr(exc, 'strerror', exc)} "
+            "(--host or CTX_HTTP_HOST chooses another)"
+        ) from None
     warning = bind_warning(settings)
     if warning:
         log.warning("%s", warning)

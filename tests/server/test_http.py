@@ -208,6 +208,16 @@ def test_port_in_use_exits_non_zero(server: Running, tmp_path: Path) -> None:
     assert "address already in use" in proc.stderr.lower() and proc.stdout == ""
 
 
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "[::1", "local host"])
+def test_a_host_nothing_resolves_is_one_line_naming_it(tmp_path: Path, host: str) -> None:
+    args = ["--no-llm", "--data-dir", str(tmp_path), "--http", "--host", host, "--port", "0"]
+    proc = subprocess.run(server_command(*args), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith(f"context-window: error: cannot serve HTTP on host {host!r}: ")
+    assert last.endswith("(--host or CTX_HTTP_HOST chooses another)")
+
+
 def _settings(tmp_path: Path, **flags: Any) -> Any:
     return load_settings({"data_dir": tmp_path, **flags}, environ={})
 
