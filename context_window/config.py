@@ -6,6 +6,7 @@ flags, the environment parsing and the validation derive from it.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -273,6 +274,20 @@ def _validated(s: Settings) -> Settings:
         if (url or name == "llm-base-url") and not re.match(r"^https?://", url):
             raise ConfigError(f"{name} must start with http:// or https://, not {url!r}")
     return s  # an ingest root that does not exist is reported at start and by doc_ingest
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``CTX_*`` variable that names no setting (so it does nothing),
+    with the ones it resembles: a misspelt variable would otherwise go unnoticed."""
+    known = {spec.env[4:]: spec.env for _, spec, _ in declared()}  # without "CTX_"
+    lines = []
+    for name in sorted(n for n in environ if n.startswith("CTX_") and n[4:] not in known):
+        words = set(name[4:].split("_"))
+        near = [v for k, v in known.items() if words <= set(k.split("_"))]
+        near = near or [known[k] for k in difflib.get_close_matches(name[4:], known, 1, 0.75)]
+        hint = f"; did you mean {' or '.join(near[:2])}?" if near else ""
+        lines.append(f"{name} names no setting and is ignored{hint}")
+    return lines
 
 
 def bare_host(host: str) -> str:

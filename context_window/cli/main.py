@@ -33,6 +33,7 @@ from context_window.config import (
     local_url,
     missing_roots,
     shown_default,
+    unknown_variables,
     url_host,
 )
 from context_window.errors import ConfigError, ContextWindowError, advised
@@ -437,6 +438,8 @@ def _serve(settings: Settings, _ns: argparse.Namespace, server: ServerEdge | Non
     reason = write_access(settings.data_dir)
     if reason is not None:
         log.warning("%s", unwritable_line(settings.data_dir, reason))
+    for line in unknown_variables(os.environ):
+        log.warning("environment variable %s", line)
     for root in missing_roots(settings):
         log.warning(
             "ingest root %s does not exist on this machine: files cannot be ingested from it "

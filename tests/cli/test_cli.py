@@ -130,6 +130,26 @@ def test_relative_data_dir_is_created_and_logged_absolute(tmp_path: Path) -> Non
     assert "llm disabled (--no-llm)" in p.stderr
 
 
+def test_a_misspelt_variable_is_named_with_the_setting_it_resembles(tmp_path: Path) -> None:
+    """A variable that names no setting does nothing: an LM Studio config with
+    CTX_DATADIR would keep its sessions in the default data dir, silently."""
+    env = {"CTX_DATADIR": str(tmp_path / "meant"), "CTX_PORT": "4000", "CTX_OTHER_TOOL": "1"}
+    p = run_cli("--no-llm", "--data-dir", str(tmp_path / "data"), env=env)
+    assert p.returncode == 0, p.stderr
+    warned = [line.split(" WARNING context_window: ")[1] for line in p.stderr.splitlines()
+              if " WARNING context_window: environment variable " in line]  # fmt: skip
+    assert warned == [
+        "environment variable CTX_DATADIR names no setting and is ignored; "
+        "did you mean CTX_DATA_DIR?",
+        "environment variable CTX_OTHER_TOOL names no setting and is ignored",
+        "environment variable CTX_PORT names no setting and is ignored; "
+        "did you mean CTX_HTTP_PORT?",
+    ]
+    assert not (tmp_path / "meant").exists()
+    quiet = run_cli("--no-llm", "--data-dir", str(tmp_path / "data"), env={"CTX_BUDGET": "900"})
+    assert quiet.returncode == 0 and "environment variable" not in quiet.stderr
+
+
 def test_calibrate_without_llm_says_why_and_fails(tmp_path: Path) -> None:
     p = run("calibrate", "--no-llm", "--data-dir", str(tmp_path))
     assert p.returncode == 1
