@@ -236,7 +236,9 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
         f"{verb} {doc.id}: {doc.title} ({plural(doc.chunks, 'chunk')}, "
         f"{plural(doc.tokens, 'token')}, {done.seconds:.2f} s)"
     )
-    if done.duplicate_of:
+    if done.reused:
+        _out("note: this text was ingested already; no copy was made")
+    elif done.duplicate_of:
         _out(f"note: document {done.duplicate_of} holds the same text")
     return 0
 

@@ -290,6 +290,10 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     log.write_text("step 1 ok\nstep 2 failed: disk quota exceeded on /srv/cache\n")
     assert main(["ingest", str(log), "--doc-id", "deploy", "--data-dir", str(data)]) == 0
     assert capsys.readouterr().out.startswith("ingested deploy: deploy.log (1 chunk, ")
+    assert main(["ingest", str(log), "--data-dir", str(data)]) == 0  # the same text again
+    kept = capsys.readouterr().out.splitlines()
+    assert kept[0].startswith("kept deploy: deploy.log (1 chunk, ") and len(kept) == 2
+    assert kept[1] == "note: this text was ingested already; no copy was made"
     assert main(["search", "quota", "--data-dir", str(data)]) == 0
     assert "disk quota exceeded" in capsys.readouterr().out
     assert main(["search", "--disk quota", "--data-dir", str(data)]) == 0  # words, not a flag
