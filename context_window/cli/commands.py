@@ -218,6 +218,7 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
 def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     """Ingest a file a person names: its own folder is the ingest root for this call."""
     from context_window.cli.progress import Meter
+    from context_window.documents.reingest import describe
     from context_window.service import Service
 
     path = ns.file.expanduser().resolve()
@@ -236,6 +237,8 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
         f"{verb} {doc.id}: {doc.title} ({plural(doc.chunks, 'chunk')}, "
         f"{plural(doc.tokens, 'token')}, {done.seconds:.2f} s)"
     )
+    if done.kept is not None:  # what a replacement kept, as doc_ingest says it
+        _out(describe(done.kept))
     if done.reused:
         _out("note: this text was ingested already; no copy was made")
     elif done.duplicate_of:

@@ -301,7 +301,9 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     log.write_text("step 1 ok\nstep 2 ok\n")
     assert main(["ingest", str(log), "--doc-id", "deploy", "--title", "Deploy",
                  "--data-dir", str(data)]) == 0  # fmt: skip
-    assert capsys.readouterr().out.startswith("replaced deploy: Deploy (1 chunk, ")
+    replaced = capsys.readouterr().out.splitlines()
+    assert replaced[0].startswith("replaced deploy: Deploy (1 chunk, ")
+    assert replaced[1:] == ["kept 0 of 1 chunk unchanged"]  # as doc_ingest says it
     assert main(["docs", "--data-dir", str(data)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("deploy  1 chunk  ") and "source: /" in out and "Deploy" in out
