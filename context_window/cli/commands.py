@@ -110,9 +110,13 @@ def _show(settings: Settings, ns: argparse.Namespace) -> int:
 
 def _docs(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli import views
+    from context_window.documents.freshness import source_state
 
     catalog = _catalog(settings)
-    docs = catalog.documents_store.all()
+    limit = settings.max_file_mb * 1024 * 1024  # a source's own folder: a person reads any
+    docs = [
+        (d, source_state(d, [Path(d.source).parent], limit)) for d in catalog.documents_store.all()
+    ]
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
     for doc_id, why in catalog.documents_store.unreadable().items():
         sys.stderr.write(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from collections.abc import Iterable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from context_window.cli.archive_format import entry_flags
 from context_window.cli.catalog import Found, SessionRow
 from context_window.documents.answers import search_header
+from context_window.documents.freshness import CHANGED, MISSING, SourceState
 from context_window.documents.tables import DocInfo, Window
 from context_window.localtime import local_time
 from context_window.models import Chunk, Entry, Purged
@@ -128,12 +130,13 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     return "\n".join(lines)
 
 
-def documents_view(docs: list[DocInfo]) -> str:
-    """Every document: id, chunks, tokens, characters, ingested time, title; source below."""
+def documents_view(docs: list[tuple[DocInfo, SourceState]]) -> str:
+    """Every document: id, chunks, tokens, characters, ingested time, title; source below,
+    and how to refresh it when the file changed since ingest."""
     if not docs:
         return "no documents"
     out: list[str] = []
-    for d in docs:
+    for d, state in docs:
         out.append(
             f"{d.id}  {plural(d.chunks, 'chunk')}  {plural(d.tokens, 'token')}  "
             f"{plural(d.chars, 'char')}  "
@@ -141,6 +144,11 @@ def documents_view(docs: list[DocInfo]) -> str:
         )
         out.append(INDENT + _fit(d.title, WIDTH - len(INDENT)))
         out.append(INDENT + _fit(f"source: {d.source}", WIDTH - len(INDENT)))
+        if state.state == CHANGED:
+            again = f"context-window ingest {shlex.quote(d.source)} --doc-id {d.id}"
+            out.append(f"{INDENT}changed since ingest ({state.reason}): {again}")
+        elif state.state == MISSING:
+            out.append(f"{INDENT}source missing: the file is gone; this copy still works")
     return "\n".join(out)
 
 
@@ -239,10 +247,10 @@ def session_json(session: Session, entries: list[Entry]) -> dict[str, Any]:
     return {"id": session.id, "title": session.title, "entries": [entry_json(e) for e in entries]}
 
 
-def documents_json(docs: Iterable[DocInfo]) -> list[dict[str, Any]]:
-    """Documents as JSON objects."""
+def documents_json(docs: Iterable[tuple[DocInfo, SourceState]]) -> list[dict[str, Any]]:
+    """Documents as JSON objects, with their source's state (as doc_list gives it)."""
     fields = ("id", "title", "source", "sha256", "chars", "chunks", "tokens", "created_at")
-    return [{k: getattr(d, k) for k in fields} for d in docs]
+    return [{**{k: getattr(d, k) for k in fields}, "source_state": s.state} for d, s in docs]
 
 
 def search_json(found: Found) -> dict[str, Any]:

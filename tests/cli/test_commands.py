@@ -322,3 +322,16 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "no such file: " in capsys.readouterr().err
     assert main(["ingest", str(tmp_path), "--data-dir", str(data)]) == 2
     assert "is not a regular file" in capsys.readouterr().err
+    log.write_text("step 1 ok\nstep 2 ok\nstep 3 ok\n")  # changed since its ingest
+    assert main(["docs", "--data-dir", str(data)]) == 0  # as doc_list flags it
+    again = f"context-window ingest {log} --doc-id deploy"
+    assert f"    changed since ingest (size 20 -> 30 bytes): {again}\n" in capsys.readouterr().out
+    assert main(["docs", "--json", "--data-dir", str(data)]) == 0
+    assert {d["id"]: d["source_state"] for d in json.loads(capsys.readouterr().out)} == {
+        "deploy": "changed",
+        "copy": "unknown",  # an import records no stat of the file
+    }
+    log.unlink()
+    assert main(["docs", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("    source missing: the file is gone; this copy still works\n") == 1
