@@ -139,11 +139,12 @@ def ignored_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, An
 
 def _close(key: str, names: list[str]) -> str:
     """The parameter ``key`` most likely meant: one a prefix of the other (``pin``,
-    ``sessionId``), else a near spelling; '' when none is near."""
+    ``sessionId``), or ``key`` its end (``path``, ``id``), else a near spelling; '' when
+    none is near."""
     bare = key.lower().replace("_", "")
     for name in names:
         plain = name.replace("_", "")
-        if bare and (plain.startswith(bare) or bare.startswith(plain)):
+        if bare and (plain.startswith(bare) or bare.startswith(plain) or plain.endswith(bare)):
             return name
     return next(iter(difflib.get_close_matches(key, names, n=1, cutoff=0.75)), "")
 

@@ -99,13 +99,12 @@ class SlimServer(MCPServer):
             if isinstance(exc, UnexpectedToolError):
                 raise
             if isinstance(cause, ValidationError):
-                raise ToolError(argument_errors(cause, schema)) from cause
+                raise ToolError(argument_errors(cause, schema) + ignored) from cause
             # Drop the SDK's "Error executing tool <name>: ": the model knows what it called.
-            prefix = f"Error executing tool {name}: "
-            message = str(exc)
-            if message.startswith(prefix):
-                raise ToolError(message[len(prefix) :]) from cause
-            raise
+            # An ignored argument is named here too: a model that wrote ``path`` for
+            # ``file_path`` must learn why its call failed.
+            message = str(exc).removeprefix(f"Error executing tool {name}: ")
+            raise ToolError(message + ignored) from cause
         if ignored and isinstance(result, CallToolResult) and result.content:
             first = result.content[0]
             if isinstance(first, TextContent):

@@ -103,6 +103,32 @@ async def test_an_argument_the_tool_lacks_is_named_in_a_note(settings: SettingsF
 
 
 @pytest.mark.anyio
+async def test_a_call_that_fails_still_names_the_argument_it_ignored(
+    settings: SettingsFactory,
+) -> None:
+    """``path`` for ``file_path`` fails the call: the error must say why, not only what."""
+    async with Client(build_server(Service(settings()))) as c:
+        ingest = await c.call_tool("doc_ingest", {"path": "/tmp/a.log", "doc_id": "a"})
+        append = await c.call_tool("context_append", {"session": "s", "text": "x"})
+        recall = await c.call_tool("context_recall", {"session_id": "none", "q": "x"})
+        search = await c.call_tool("doc_search", {"query": "x", "id": "a"})
+    texts = [r.content[0].text for r in (ingest, append, recall, search)]  # type: ignore[union-attr]
+    assert [r.is_error for r in (ingest, append, recall, search)] == [True, True, True, False]
+    assert texts[0] == (
+        "give exactly one source: text=... or file_path=...\n"
+        "(ignored 'path': not a parameter of doc_ingest; did you mean file_path?)"
+    )
+    assert texts[1] == (  # a schema error too
+        "session_id is required\n"
+        "(ignored 'session': not a parameter of context_append; did you mean session_id?)"
+    )
+    assert texts[2].startswith("no session 'none'")
+    assert texts[2].endswith(
+        "(ignored 'q': not a parameter of context_recall; did you mean query?)"
+    )
+    assert texts[3].endswith("(ignored 'id': not a parameter of doc_search; did you mean doc_id?)")
+
+
 @pytest.mark.anyio
 async def test_an_optional_argument_given_blank_is_not_given(settings: SettingsFactory) -> None:
     async def call(c: Client, tool: str, **args: object) -> tuple[bool, str]:
