@@ -69,8 +69,8 @@ TIP_ROOM = " ".join(["tip"] * 15)
 def search_header(hits: int, used: int, budget: int, omitted: int, terse: bool = False) -> str:
     """A search answer's first line: what is shown, the tokens, what did not fit."""
     if terse:  # a budget too small for the full header
-        return f"{plural(hits, 'hit')} · {used}/{budget}"
-    head = f"{plural(hits, 'hit')}, best first · {used}/{budget} tokens"
+        return f"{plural(hits, 'hit')} · {used:,}/{budget:,}"
+    head = f"{plural(hits, 'hit')}, best first · {used:,}/{budget:,} tokens"
     return f"{head} · {plural(omitted, 'more matching line')} not shown" if omitted else head
 
 

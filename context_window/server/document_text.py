@@ -86,8 +86,8 @@ def window_header(
 ) -> str:
     """doc_window's first line(s): the range, the tokens, and how to go on."""
     if terse:  # a budget too small for the full header
-        return f"[{first}-{last}]/{chunks} · {used}/{budget}"
-    head = f"{doc_id} [{first}-{last}] of {plural(chunks, 'chunk')} · {used}/{budget} tokens · "
+        return f"[{first}-{last}]/{chunks} · {used:,}/{budget:,}"
+    head = f"{doc_id} [{first}-{last}] of {plural(chunks, 'chunk')} · {used:,}/{budget:,} tokens · "
     head += next_call
     if truncated:
         head += f"\nchunk {first} is over the budget: cut (raise budget_tokens to read it whole)"
@@ -135,7 +135,7 @@ def render_summary(s: DocSummary) -> str:
     method = s.summary.method + (f" ({s.summary.reason})" if s.summary.reason else "")
     cached = " (cached; refresh=true recomputes)" if s.cached else ""
     return (
-        f"Summary of {s.doc.id} ({s.doc.title}), {what}: {s.summary.tokens} tokens by "
+        f"Summary of {s.doc.id} ({s.doc.title}), {what}: {s.summary.tokens:,} tokens by "
         f"{method}{cached}. {s.note}.\n\n{s.summary.text}"
     )
 
@@ -179,11 +179,11 @@ class OutlineText:
     def run(self, first: int, last: int, trail: str, tokens: int | None) -> str:
         """``[a-b] trail — n tokens``."""
         line = f"{_span(first, last)} {trail or '(no heading)'}"
-        return line if tokens is None else f"{line} — {tokens} tokens"
+        return line if tokens is None else f"{line} — {tokens:,} tokens"
 
     def summarized(self, index: int, trail: str, tokens: int, summary: str) -> str:
         """``[i] trail — n tokens: summary``."""
-        return f"[{index}] {trail or '-'} — {tokens} tokens: {summary}"
+        return f"[{index}] {trail or '-'} — {tokens:,} tokens: {summary}"
 
     def omitted(self, lines: int, budget: int) -> str:
         """How many lines did not fit, and what to call instead."""

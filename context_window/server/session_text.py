@@ -18,10 +18,10 @@ RESTORED_SHOWN = 20
 
 
 def bar(used: int, budget: int, width: int = 20) -> str:
-    """A text gauge like ``[#####---------------] 1200/4000 tokens (30%)``."""
+    """A text gauge like ``[#####---------------] 1,200/4,000 tokens (30%)``."""
     share = used / budget if budget else 0.0
     filled = min(width, round(share * width))
-    return f"[{'#' * filled}{'-' * (width - filled)}] {used}/{budget} tokens ({share:.0%})"
+    return f"[{'#' * filled}{'-' * (width - filled)}] {used:,}/{budget:,} tokens ({share:.0%})"
 
 
 def preview(entry: Entry, chars: int = PREVIEW_CHARS) -> str:
@@ -119,10 +119,10 @@ def recall_header(
     words_only: bool = False,
 ) -> str:
     """context_recall's header: counts, tokens, left out, and words only if so."""
-    header = f"{shown}/{candidates} · {used}/{budget}" + (WORDS_ONLY if words_only else "")
+    header = f"{shown}/{candidates} · {used:,}/{budget:,}" + (WORDS_ONLY if words_only else "")
     if terse:  # a budget too small for the full header
         return header
-    header = f"{shown} of {plural(candidates, 'entry')}, best first · {used}/{budget} tokens"
+    header = f"{shown} of {plural(candidates, 'entry')}, best first · {used:,}/{budget:,} tokens"
     if words_only:
         header += WORDS_ONLY
     if omitted:
@@ -193,7 +193,7 @@ def render_compaction(c: Compaction) -> str:
     )
     if c.dry_run and n >= 2:
         return (
-            f"Dry run: would fold {n} entries ({c.plan.tokens} tokens) into one summary; "
+            f"Dry run: would fold {n} entries ({c.plan.tokens:,} tokens) into one summary; "
             f"{keep}.{later}"
         )
     if c.summary is None or c.entry is None:
@@ -203,8 +203,9 @@ def render_compaction(c: Compaction) -> str:
         )
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
     lines = [
-        f"Folded {n} entries ({c.plan.tokens} tokens) into summary {c.entry.ref} "
-        f"({c.summary.tokens} tokens) by {method}; freed {c.tokens_freed} tokens; {keep}.{later}",
+        f"Folded {n} entries ({c.plan.tokens:,} tokens) into summary {c.entry.ref} "
+        f"({c.summary.tokens:,} tokens) by {method}; "
+        f"freed {c.tokens_freed:,} tokens; {keep}.{later}",
         bar(c.stats.live_tokens if c.stats else 0, c.budget),
     ]
     lost = len(c.kept_facts) + c.facts_not_kept
@@ -229,7 +230,7 @@ def render_append(c: Changed) -> str:
     """context_append's text: the new entry's id and size, the gauge, and any advice."""
     entry = c.entries[0]
     tip = advice(c.stats, c.budget)
-    text = f"Saved {entry.ref} ({entry.tokens} tokens). {bar(c.stats.live_tokens, c.budget)}"
+    text = f"Saved {entry.ref} ({entry.tokens:,} tokens). {bar(c.stats.live_tokens, c.budget)}"
     return text + (f"\n{tip}" if tip else "")
 
 

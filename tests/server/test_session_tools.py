@@ -109,7 +109,7 @@ async def test_open_creates_resumes_and_shows_pinned_and_latest(settings: Settin
         await ok(c, "context_append", session_id="task", text="Found the flaky test")
         text, data = await ok(c, "context_open", session_id="task")
     assert text.startswith("Resumed session 'task' (The task): 2 live of 2 entries, 1 pinned")
-    assert "/4000 tokens" in text
+    assert "/4,000 tokens" in text
     pinned_at, latest_at = text.index("Pinned:"), text.index("Latest:")
     assert pinned_at < text.index("Goal: ship v2") < latest_at < text.index("Found the flaky")
     assert data["created"] is False
@@ -483,3 +483,31 @@ async def test_no_audit_lines_when_disabled(
     async with client(settings(audit=False)) as c:
         await ok(c, "context_open", session_id="s")
     assert not [r for r in caplog.records if r.name.endswith("audit")]
+
+
+@pytest.mark.anyio
+async def test_token_counts_in_the_answers_have_thousands_separators(
+    settings: SettingsFactory,
+) -> None:
+    """Every count a model reads is written one way: ``2,995 tokens``, ``2,995/4,000``."""
+    words = " ".join(f"word{i} finding" for i in range(700))  # ~3,000 tokens
+    async with client(settings(llm_enabled=False)) as c:
+        await ok(c, "context_open", session_id="s")
+        texts = [(await ok(c, "context_append", session_id="s", text=words))[0]]
+        for _ in range(4):
+            await ok(c, "context_append", session_id="s", text=words)
+        for dry in (True, False):
+            texts.append(
+                (await ok(c, "context_compact", session_id="s", keep_recent=1, dry_run=dry))[0]
+            )
+        await ok(c, "doc_ingest", text=f"{words}\n\n{words}", doc_id="d")
+        for tool, args in [
+            ("doc_outline", {}),
+            ("doc_search", {"query": "word5 finding", "budget_tokens": 20_000}),
+            ("doc_window", {"budget_tokens": 20_000}),
+        ]:
+            texts.append((await ok(c, tool, doc_id="d", **args))[0])
+    found = re.findall(r"(?<![\d,])([\d,]+)(?:/([\d,]+))? tokens", "\n".join(texts))
+    counts = [n for pair in found for n in pair if n]
+    assert sum(int(n.replace(",", "")) >= 1000 for n in counts) >= 10, counts
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", n) for n in counts), counts
