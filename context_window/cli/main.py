@@ -410,9 +410,9 @@ async def schema_report(settings: Settings, server: ServerEdge) -> str:
     costs = await server.tool_set_costs(settings)
     total = {tools: sum(per_tool.values()) for tools, per_tool in costs.items()}
     return (
-        f"tool schemas (tools/list): ~{total[settings.tools]} estimated tokens with "
-        f"--tools {settings.tools}; all {total['all']} ({len(costs['all'])} tools), "
-        f"sessions {total['sessions']}, docs {total['docs']} (each with context_guide)"
+        f"tool schemas (tools/list): ~{total[settings.tools]:,} estimated tokens with "
+        f"--tools {settings.tools}; all {total['all']:,} ({len(costs['all'])} tools), "
+        f"sessions {total['sessions']:,}, docs {total['docs']:,} (each with context_guide)"
     )
 
 

@@ -49,7 +49,7 @@ def sessions_view(rows: list[SessionRow]) -> str:
     table = [
         [
             r.info.id,
-            f"{r.stats.live}/{r.stats.total}",
+            f"{r.stats.live:,}/{r.stats.total:,}",
             f"{r.stats.live_tokens:,}",
             local_time(r.info.updated_at),
             r.info.title,
@@ -108,8 +108,8 @@ def session_view(session: Session, entries: list[Entry], everything: bool) -> st
     """A session's header and its entries in time order, each text indented and wrapped."""
     stats = session.stats()
     counts = (
-        f"{stats.live} live of {plural(stats.total, 'entry')} ({stats.superseded} superseded, "
-        f"{stats.expired} expired, {stats.deleted} deleted, {stats.pinned} pinned), "
+        f"{stats.live:,} live of {plural(stats.total, 'entry')} ({stats.superseded:,} superseded, "
+        f"{stats.expired:,} expired, {stats.deleted:,} deleted, {stats.pinned:,} pinned), "
         f"{stats.live_tokens:,} live tokens; "
         f"updated {local_time(session.updated_at())}"
     )

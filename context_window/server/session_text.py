@@ -65,8 +65,8 @@ def render_open(o: Opened) -> str:
     verb = "Created" if o.created else "Resumed"
     stats, budget = o.stats, o.budget
     lines = [
-        f"{verb} session '{o.session.id}' ({o.session.title}): {stats.live} live of "
-        f"{plural(stats.total, 'entry')}, {stats.pinned} pinned",
+        f"{verb} session '{o.session.id}' ({o.session.title}): {stats.live:,} live of "
+        f"{plural(stats.total, 'entry')}, {stats.pinned:,} pinned",
         bar(stats.live_tokens, budget),
     ]
     if o.pinned:
@@ -255,9 +255,9 @@ def render_status(c: Changed, token_counts: str, summarizer: str) -> str:
     """context_status's text: counts, gauge, how tokens are counted, repairs, advice."""
     s = c.stats
     lines = [
-        f"Session '{c.session.id}' ({c.session.title}): {s.live} live, "
-        f"{s.superseded} superseded, {s.expired} expired, {s.deleted} deleted, "
-        f"{s.pinned} pinned",
+        f"Session '{c.session.id}' ({c.session.title}): {s.live:,} live, "
+        f"{s.superseded:,} superseded, {s.expired:,} expired, {s.deleted:,} deleted, "
+        f"{s.pinned:,} pinned",
         bar(s.live_tokens, c.budget),
         f"Token counts: {token_counts}",
         f"Summaries: {summarizer}",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import client
 from helpers import run_cli
 
 from context_window.cli.main import build_parser, main, settings_flags
@@ -335,3 +336,23 @@ def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["docs", "--data-dir", str(data)]) == 0
     out = capsys.readouterr().out
     assert out.count("    source missing: the file is gone; this copy still works\n") == 1
+
+
+@pytest.mark.anyio
+async def test_entry_counts_have_thousands_separators_in_both_edges(
+    settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``1,200 live of 1,200 entries``: one count is not written two ways in one line."""
+    s = settings()
+    session = Service(s).sessions.open("big", None)[0]
+    for i in range(1_200):
+        session.append(f"note {i}", now=float(i))
+    async with client(s) as c:
+        answers = [
+            await c.call_tool(t, {"session_id": "big"}) for t in ("context_open", "context_status")
+        ]
+    texts = [a.content[0].text for a in answers]  # type: ignore[union-attr]
+    assert "1,200 live of 1,200 entries, 0 pinned" in texts[0]
+    assert "1,200 live, 0 superseded" in texts[1]
+    assert cli(s, "sessions") == 0 and " 1,200/1,200 " in capsys.readouterr().out
+    assert cli(s, "show", "big") == 0 and "1,200 live of 1,200 entries" in capsys.readouterr().out
