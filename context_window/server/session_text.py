@@ -193,7 +193,7 @@ def render_compaction(c: Compaction) -> str:
     )
     if c.dry_run and n >= 2:
         return (
-            f"Dry run: would fold {n} entries ({c.plan.tokens:,} tokens) into one summary; "
+            f"Dry run: would fold {n:,} entries ({c.plan.tokens:,} tokens) into one summary; "
             f"{keep}.{later}"
         )
     if c.summary is None or c.entry is None:
@@ -203,7 +203,7 @@ def render_compaction(c: Compaction) -> str:
         )
     method = c.summary.method + (f" ({c.summary.reason})" if c.summary.reason else "")
     lines = [
-        f"Folded {n} entries ({c.plan.tokens:,} tokens) into summary {c.entry.ref} "
+        f"Folded {n:,} entries ({c.plan.tokens:,} tokens) into summary {c.entry.ref} "
         f"({c.summary.tokens:,} tokens) by {method}; "
         f"freed {c.tokens_freed:,} tokens; {keep}.{later}",
         bar(c.stats.live_tokens if c.stats else 0, c.budget),
@@ -212,12 +212,12 @@ def render_compaction(c: Compaction) -> str:
     if lost:
         shown = "; ".join(c.kept_facts[:FACTS_IN_REPORT])
         rest = len(c.kept_facts) - FACTS_IN_REPORT
-        shown += f"; … {rest} more" if rest > 0 else ""
+        shown += f"; … {rest:,} more" if rest > 0 else ""
         line = f"The summary text lost {plural(lost, 'fact')} of the originals"
         if c.kept_facts:
-            line += f"; appended {len(c.kept_facts)} to it: {shown}"
+            line += f"; appended {len(c.kept_facts):,} to it: {shown}"
         if c.facts_not_kept:
-            line += f"; {c.facts_not_kept} more did not fit target_tokens (see the originals)"
+            line += f"; {c.facts_not_kept:,} more did not fit target_tokens (see the originals)"
         lines.append(line)
     lines.append(
         f"Originals are kept: context_recall(include_superseded=true) shows them; "
@@ -292,7 +292,7 @@ def render_sessions(page: SessionPage, budget: int, counter: TokenCounter) -> st
     lines = [f"  {i.id}: {i.title} (updated {local_time(i.updated_at)})" for i in page.sessions]
 
     def more(omitted: int) -> str:
-        return f"{omitted} more did not fit. Next: offset={page.offset + n - omitted}"
+        return f"{omitted:,} more did not fit. Next: offset={page.offset + n - omitted}"
 
     text = "\n".join([header, *lines])
     if counter.count(text) > budget:

@@ -51,7 +51,7 @@ def keep_facts(
         return summary, [], 0
     kept = lost[: leading((counter.count(f) + 1 for f in lost), target_tokens)]
     more = len(lost) - len(kept)
-    extra = f" (+{more} more in the originals)" if more else ""
+    extra = f" (+{more:,} more in the originals)" if more else ""
     listed = "; ".join(kept) if kept else "none fitted"
     text = f"{summary.text}\nKept facts: {listed}{extra}"
     return replace(summary, text=text, tokens=counter.count(text)), kept, more

@@ -66,7 +66,7 @@ def check_text(text: str, what: str = "text") -> str:
         raise InvalidInput(f"{what} must be a non-empty string")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidInput(
-            f"{what} is {len(text)} characters; the limit is {MAX_TEXT_CHARS}",
+            f"{what} is {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}",
             remedy=SPLIT_OR_INGEST,
         )
     if "\x00" in text:

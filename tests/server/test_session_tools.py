@@ -486,11 +486,10 @@ async def test_no_audit_lines_when_disabled(
 
 
 @pytest.mark.anyio
-async def test_token_counts_in_the_answers_have_thousands_separators(
-    settings: SettingsFactory,
-) -> None:
-    """Every count a model reads is written one way: ``2,995 tokens``, ``2,995/4,000``."""
-    words = " ".join(f"word{i} finding" for i in range(700))  # ~3,000 tokens
+async def test_counts_in_the_answers_have_thousands_separators(settings: SettingsFactory) -> None:
+    """Every count a model reads is written one way: ``2,995 tokens``, ``2,995/4,000``,
+    ``1,234 more``; an argument to pass back (``offset=1200``) stays bare."""
+    words = " ".join(f"word{i} finding" for i in range(1_500))  # ~6,400 tokens
     async with client(settings(llm_enabled=False)) as c:
         await ok(c, "context_open", session_id="s")
         texts = [(await ok(c, "context_append", session_id="s", text=words))[0]]
@@ -507,7 +506,10 @@ async def test_token_counts_in_the_answers_have_thousands_separators(
             ("doc_window", {"budget_tokens": 20_000}),
         ]:
             texts.append((await ok(c, tool, doc_id="d", **args))[0])
-    found = re.findall(r"(?<![\d,])([\d,]+)(?:/([\d,]+))? tokens", "\n".join(texts))
+        texts.append(await error(c, "context_append", session_id="s", text="x" * 200_001))
+    found = re.findall(
+        r"(?<![\d,])([\d,]+)(?:/([\d,]+))? (?:tokens|more|facts|characters)", "\n".join(texts)
+    )
     counts = [n for pair in found for n in pair if n]
-    assert sum(int(n.replace(",", "")) >= 1000 for n in counts) >= 10, counts
+    assert sum(int(n.replace(",", "")) >= 1000 for n in counts) >= 14, counts
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", n) for n in counts), counts

@@ -150,7 +150,7 @@ def test_append_records_everything(session: Session) -> None:
         ({"text": ""}, "non-empty"),
         ({"text": "   \n"}, "non-empty"),
         ({"text": "a\x00b"}, "NUL"),
-        ({"text": "x" * 200_001}, "the limit is 200000"),
+        ({"text": "x" * 200_001}, "the limit is 200,000"),
         ({"text": "ok", "role": "summary"}, "role must be one of"),
         ({"text": "ok", "role": "boss"}, "role must be one of"),
         ({"text": "ok", "tags": [f"t{i}" for i in range(11)]}, "at most 10 tags"),
