@@ -56,6 +56,7 @@ from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import spelled, work_in_progress
 from context_window.tokens import TokenCounter
+from context_window.wording import plural
 
 log = logging.getLogger("context_window")
 
@@ -263,7 +264,7 @@ class Service:
             return  # a call still changes a session: its state is not to be saved now
         saved = self.sessions.save_snapshots(until)
         if saved:
-            log.info("saved the snapshot of %d session(s) for the next start", len(saved))
+            log.info("saved the snapshot of %s for the next start", plural(len(saved), "session"))
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no call of ``run`` is at work (True), or ``timeout`` seconds pass."""

@@ -120,6 +120,7 @@ def test_a_stdio_stop_saves_the_snapshot(tmp_path: Path, how: str) -> None:
     said = (tmp_path / "stderr.txt").read_text()
     assert proc.returncode == 0, said
     assert "Traceback" not in said and "Exception ignored" not in said, said
+    assert "saved the snapshot of 1 session for the next start" in said, said
     assert _from_snapshot(data) == (ENTRIES + 1, ENTRIES + 1)
 
 
