@@ -18,12 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+import numpy as np
+
 from context_window.errors import Busy, InvalidInput, StorageError
 
 log = logging.getLogger("context_window.storage")
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch: "$" would allow a final \n
-_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def check_id(value: str, what: str = "id") -> str:
@@ -42,13 +43,8 @@ def is_valid_id(value: str) -> bool:
 
 
 def new_id(prefix: str) -> str:
-    """A fresh sortable id: ``<prefix><time base36><random>``."""
-    n = int(time.time() * 1000)
-    digits = ""
-    while n:
-        n, r = divmod(n, 36)
-        digits = _B36[r] + digits
-    return f"{prefix}{digits}{secrets.token_hex(5)}"
+    """A fresh sortable id: ``<prefix><time in ms, base 36><random>``."""
+    return f"{prefix}{np.base_repr(int(time.time() * 1000), 36).lower()}{secrets.token_hex(5)}"
 
 
 @contextlib.contextmanager

@@ -61,11 +61,14 @@ def test_check_id_rejects_non_strings() -> None:
 
 
 def test_generated_ids_are_valid_unique_and_prefixed() -> None:
+    before = int(time.time() * 1000)
     ids = [new_id("e") for _ in range(500)]
+    after = int(time.time() * 1000)
     assert len(set(ids)) == 500
     for i in ids:
         assert i.startswith("e")
         assert check_id(i) == i
+        assert before <= int(i[1:-10], 36) <= after  # the time in ms, then 10 random hex
 
 
 def test_an_id_names_its_own_directory_first_then_one_in_any_case(tmp_path: Path) -> None:
