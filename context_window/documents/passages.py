@@ -4,6 +4,7 @@ shows them, scored by BM25 plus half their neighbours' scores, with their shapes
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -362,17 +363,10 @@ def surroundings(
 
 
 def _distances(numbers: Sequence[int], marks: Sequence[int]) -> list[int]:
-    """Each of ascending ``numbers``'s distance to the nearest ascending ``marks``."""
-    out: list[int] = []
-    j, n = 0, len(marks)
-    for x in numbers:
-        while j < n and marks[j] < x:
-            j += 1
-        d = marks[j] - x if j < n else x - marks[-1]
-        if j and x - marks[j - 1] < d:
-            d = x - marks[j - 1]
-        out.append(d)
-    return out
+    """Each of ``numbers``'s distance to the nearest of ascending ``marks``: the two
+    either side of where it would go."""
+    sides = (marks[max(0, j - 1) : j + 1] for j in (bisect.bisect_left(marks, x) for x in numbers))
+    return [min(abs(x - m) for m in near) for x, near in zip(numbers, sides, strict=True)]
 
 
 def materialize(group: Group, what: Passage | int, share: int, count: Count) -> list[Passage]:
