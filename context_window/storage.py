@@ -39,7 +39,7 @@ def check_id(value: str, what: str = "id") -> str:
 
 def is_valid_id(value: str) -> bool:
     """Whether ``value`` is a safe id: the rule ``check_id`` states."""
-    return isinstance(value, str) and bool(_ID.fullmatch(value)) and value not in {".", ".."}
+    return isinstance(value, str) and bool(_ID.fullmatch(value))
 
 
 def new_id(prefix: str) -> str:
