@@ -176,6 +176,11 @@ class Settings:
         """Return a copy with some fields replaced and re-validated."""
         return _validated(replace(self, **changes))
 
+    @property
+    def max_file_bytes(self) -> int:
+        """``max_file_mb`` in bytes, as the document store takes it."""
+        return self.max_file_mb * 1024 * 1024
+
 
 def declared() -> Iterator[tuple[Field[Any], Spec, Any]]:
     """Each setting's field, declaration and resolved type, in declaration order."""

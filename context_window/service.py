@@ -172,7 +172,7 @@ class Service:
             ingest_roots=settings.ingest_roots,
             chunk_tokens=settings.chunk_tokens,
             chunk_overlap=settings.chunk_overlap,
-            max_file_bytes=settings.max_file_mb * 1024 * 1024,
+            max_file_bytes=settings.max_file_bytes,
             query_limits=limits,
         )
         self.documents.recover()

@@ -113,9 +113,9 @@ def _docs(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.documents.freshness import source_state
 
     catalog = _catalog(settings)
-    limit = settings.max_file_mb * 1024 * 1024  # a source's own folder: a person reads any
-    docs = [
-        (d, source_state(d, [Path(d.source).parent], limit)) for d in catalog.documents_store.all()
+    docs = [  # a source's own folder is its root: a person may read any file
+        (d, source_state(d, [Path(d.source).parent], settings.max_file_bytes))
+        for d in catalog.documents_store.all()
     ]
     _json(views.documents_json(docs)) if ns.json else _out(views.documents_view(docs))
     for doc_id, why in catalog.documents_store.unreadable().items():
@@ -193,7 +193,7 @@ def _import(settings: Settings, ns: argparse.Namespace) -> int:
         settings.chunk_tokens,
         settings.chunk_overlap,
         settings.token_ratio,
-        settings.max_file_mb * 1024 * 1024,
+        settings.max_file_bytes,
     )
     with Meter(f"import {Path(ns.file).name}") as meter:
         done = import_file(
