@@ -42,6 +42,12 @@ class InvalidInput(ContextWindowError):
     """An argument is malformed or out of range."""
 
 
+def check_range(name: str, value: int, low: int, high: int) -> None:
+    """InvalidInput unless ``low <= value <= high``."""
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low:,} and {high:,}, not {value}")
+
+
 class NotFound(ContextWindowError):
     """A named session, entry or document does not exist."""
 

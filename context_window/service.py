@@ -35,7 +35,7 @@ from context_window.documents.ranking import HITS_THAT_FIT
 from context_window.documents.store import DocumentStore
 from context_window.documents.summaries import DocSummary, chunk_lines, summarize_range
 from context_window.documents.tables import DocInfo, Ingested, Window, WindowLayout
-from context_window.errors import RETRY, Busy, InvalidInput
+from context_window.errors import RETRY, Busy, InvalidInput, check_range
 from context_window.llm.calibration import Calibrator
 from context_window.llm.client import LLMClient
 from context_window.llm.summaries import Summarizer
@@ -279,10 +279,7 @@ class Service:
         dry_run: bool = False,
     ) -> Compaction:
         """Fold older live, unpinned entries into one summary entry; originals are kept."""
-        if not 16 <= target_tokens <= MAX_TARGET_TOKENS:
-            raise InvalidInput(
-                f"target_tokens must be between 16 and {MAX_TARGET_TOKENS}, not {target_tokens}"
-            )
+        check_range("target_tokens", target_tokens, 16, MAX_TARGET_TOKENS)
         key = session_key(session_id)
         session = await self.run(key, lambda: self.sessions.get(session_id))
         plan = await self.run(key, lambda: session.plan_compaction(keep_recent))
@@ -437,8 +434,7 @@ class Service:
     ) -> SessionPage:
         """A page of the sessions whose id or title holds ``text``, newest first."""
         limit = LIST_LIMIT if limit is None else limit
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
+        check_range("limit", limit, 1, MAX_LIST_LIMIT)
         if offset < 0:
             raise InvalidInput(f"offset must be 0 or more, not {offset}")
         told = dict(self.sessions.unreadable)

@@ -10,7 +10,7 @@ import pytest
 from conftest import SettingsFactory
 
 from context_window.documents.tables import DocInfo
-from context_window.errors import NotFound
+from context_window.errors import InvalidInput, NotFound
 from context_window.service import DOCUMENTS, Service, session_key
 
 
@@ -65,6 +65,26 @@ async def test_compaction_goes_through_the_facade(settings: SettingsFactory) -> 
     done = await service.compact("work", keep_recent=2)
     assert done.entry is not None and done.entry.role == "summary"
     assert len(session.entries()) == 3  # the summary and the two kept
+
+
+@pytest.mark.anyio
+async def test_a_value_out_of_range_is_refused_with_its_range(settings: SettingsFactory) -> None:
+    service = Service(settings())
+    service.sessions.open("work")[0].append("one note")
+    calls = {
+        "target_tokens must be between 16 and 20,000, not 50000": service.compact(
+            "work", target_tokens=50_000
+        ),
+        "keep_recent must be between 0 and 10,000, not 20000": service.compact(
+            "work", keep_recent=20_000
+        ),
+        "limit must be between 1 and 200, not 0": service.list_sessions(limit=0),
+    }
+    for message, call in calls.items():
+        with pytest.raises(InvalidInput) as caught:
+            await call
+        assert str(caught.value) == message
+    assert len(service.sessions.get("work").entries()) == 1  # nothing was changed
 
 
 class Plain:

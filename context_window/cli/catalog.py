@@ -13,7 +13,7 @@ from typing import Any
 from context_window.documents.answers import Answer, search_reserve
 from context_window.documents.store import DocumentStore
 from context_window.documents.tables import DocInfo
-from context_window.errors import InvalidInput, StorageError
+from context_window.errors import InvalidInput, StorageError, check_range
 from context_window.journal import Journal
 from context_window.models import Entry, SessionInfo, SessionStats
 from context_window.retrieval.analyzer import Analyzer
@@ -116,8 +116,7 @@ class Catalog:
         limit: int = 10,
     ) -> Found:
         """BM25 over live session entries and document chunks; both unless one is named."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+        check_range("limit", limit, 1, 1000)
         analyzer = Analyzer()
         wanted = set(analyzer.query(query))
         if not wanted:

@@ -51,6 +51,7 @@ from context_window.errors import (
     InvalidInput,
     NotFound,
     StorageError,
+    check_range,
 )
 from context_window.models import Chunk, Hit
 from context_window.packing import fit_chunks, leading
@@ -100,11 +101,6 @@ def _steady(
         return store.retried(lambda: read(store, *args, **kwargs), again)
 
     return wrapper
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= 1000:
-        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
 
 
 class DocumentStore:
@@ -394,7 +390,7 @@ class DocumentStore:
                 f"query {query!r:.60} has no searchable words (2+ letters or digits, "
                 "not only stop words)"
             )
-        _check_limit(limit)
+        check_range("limit", limit, 1, 1000)
         docs, tables, ranked = self._ranked(terms, doc_id, limit)
         return self._hits(docs, tables, ranked, doc_id is None)
 
@@ -466,7 +462,7 @@ class DocumentStore:
         terms = self.analyzer.query(query or "")
         if not terms:
             return None
-        _check_limit(limit)
+        check_range("limit", limit, 1, 1000)
         # Ranked once, read as needed: the best k chunks are the best k of any more.
         top = max(limit, pool(meaning))
         docs, tables, ranked = self._ranked(terms, doc_id, max(top, READ_AT_ONCE), skip)

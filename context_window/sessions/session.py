@@ -29,6 +29,7 @@ from context_window.errors import (
     InvalidInput,
     NotFound,
     StorageError,
+    check_range,
 )
 from context_window.journal import Journal
 from context_window.localtime import several_days
@@ -301,8 +302,7 @@ class Session:
 
     def plan_compaction(self, keep_recent: int, max_tokens: int = FOLD_TOKENS) -> CompactionPlan:
         """The oldest live unpinned entries beyond the ``keep_recent`` newest, in one batch."""
-        if not 0 <= keep_recent <= 10_000:
-            raise InvalidInput(f"keep_recent must be between 0 and 10000, not {keep_recent}")
+        check_range("keep_recent", keep_recent, 0, 10_000)
         self.refresh()
         now = self.clock()
         m = self._state.masks(now)
