@@ -276,6 +276,7 @@ def _window_arguments(p: argparse.ArgumentParser) -> None:
 
 def _window(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.cli import views
+    from context_window.documents.tables import window_label
 
     catalog = _catalog(settings)
     doc = catalog.document(ns.doc)
@@ -286,7 +287,7 @@ def _window(settings: Settings, ns: argparse.Namespace) -> int:
         budget=settings.budget,
         reset=True,  # from the start unless told where: a person's read moves no cursor
         line=ns.line,
-        label=views.chunk_label,
+        label=window_label,
         move_cursor=False,
     )
     _out(views.window_view(window))

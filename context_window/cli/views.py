@@ -11,9 +11,9 @@ from context_window.cli.archive_format import entry_flags
 from context_window.cli.catalog import Found, SessionRow
 from context_window.documents.answers import search_header
 from context_window.documents.freshness import CHANGED, MISSING, SourceState
-from context_window.documents.tables import DocInfo, Window
+from context_window.documents.tables import DocInfo, Window, window_label
 from context_window.localtime import local_time
-from context_window.models import Chunk, Entry, Purged
+from context_window.models import Entry, Purged
 from context_window.sessions.session import Session
 from context_window.wording import plural
 
@@ -189,12 +189,6 @@ def search_view(found: Found) -> str:
     return "\n".join(out)
 
 
-def chunk_label(c: Chunk) -> str:
-    """The line above each chunk of a window: ``[i] heading · line N``."""
-    where = f" · line {c.line}" if c.line else ""
-    return f"[{c.index}] {c.heading}".rstrip() + where
-
-
 def window_view(w: Window) -> str:
     """A document's chunks in order, each under its label; then where to go on from."""
     n = w.doc.chunks
@@ -203,7 +197,7 @@ def window_view(w: Window) -> str:
     first, last = w.chunks[0].index, w.chunks[-1].index
     out = [f"{w.doc.id}: {w.doc.title} · chunks {first}-{last} of {n}"]
     for c in w.chunks:
-        out += ["", chunk_label(c), c.text]
+        out += ["", window_label(c), c.text]
     if w.truncated:
         out.append("(cut to the budget: --budget shows more)")
     if not w.at_end:

@@ -260,6 +260,12 @@ class WindowLayout(Protocol):
         ...
 
 
+def window_label(c: Chunk) -> str:
+    """The line both edges put above each chunk of a window: ``[i] heading · line N``."""
+    where = f" · line {c.line}" if c.line else ""
+    return f"[{c.index}] {c.heading}".rstrip() + where
+
+
 def from_line(chunk: Chunk, line: int) -> Chunk:
     """``chunk`` without the lines before source line ``line`` (if it holds them)."""
     pos = 0

@@ -6,9 +6,9 @@ from context_window.documents import answers
 from context_window.documents.freshness import CHANGED, MISSING, SourceState
 from context_window.documents.reingest import describe
 from context_window.documents.summaries import DocSummary
-from context_window.documents.tables import DocInfo, Ingested, Window
+from context_window.documents.tables import DocInfo, Ingested, Window, window_label
 from context_window.localtime import local_time
-from context_window.models import Chunk, Count, Reserve
+from context_window.models import Count, Reserve
 from context_window.packing import fit_lines, header_reserve
 from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.service import Listed
@@ -65,12 +65,6 @@ def search_header(
     head = answers.search_header(hits, used, budget, omitted, terse)
     head += WORDS_ONLY if words_only else ""
     return head if terse else f"{head}\n{SEARCH_TIP}"
-
-
-def window_label(c: Chunk) -> str:
-    """The line above each chunk doc_window shows: ``[i] heading · line N``."""
-    where = f" · line {c.line}" if c.line else ""
-    return f"[{c.index}] {c.heading}".rstrip() + where
 
 
 def window_header(
