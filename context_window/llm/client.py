@@ -26,11 +26,10 @@ _SNIPPET = 160  # characters of an error body worth quoting in a reason
 
 @dataclass(frozen=True)
 class ChatResult:
-    """One chat completion: the answer and the token usage the server reported."""
+    """One chat completion: the answer and the prompt tokens the server reported."""
 
     text: str
     prompt_tokens: int | None
-    completion_tokens: int | None
     model: str
 
 
@@ -218,7 +217,6 @@ class LLMClient:
         return ChatResult(
             text=text,
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(usage.get("completion_tokens")),
             model=model if isinstance(model, str) and model else self._model,
         )
 

@@ -49,7 +49,6 @@ async def test_chat_posts_openai_request_and_reads_usage(fake: FakeOpenAI) -> No
     assert isinstance(result, ChatResult)
     assert result.text.startswith("Summary of 1 messages")
     assert result.prompt_tokens == 17 + round(len("Hello there.") * 0.25)
-    assert result.completion_tokens is not None
     assert result.model == "fake-model-a"
     (request,) = fake.state.requests
     assert request.method == "POST"
@@ -154,7 +153,6 @@ async def test_missing_usage_is_none_not_an_error(fake: FakeOpenAI) -> None:
     async with LLMClient(fake.base_url) as client:
         result = await client.chat(HELLO, max_tokens=5)
     assert result.prompt_tokens is None
-    assert result.completion_tokens is None
 
 
 @pytest.mark.anyio
