@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TextIO
 
 DELAY = 0.5  # seconds of work before anything is shown: quick commands stay quiet
@@ -55,12 +54,7 @@ class Meter:
     def __enter__(self) -> Meter:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.tty and self.drawn_at is not None:
             self.stream.write("\n")  # what is printed next starts on a line of its own
             self.stream.flush()
