@@ -148,25 +148,17 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
                 kw["dest"] = "ingest_roots_after"
         p.add_argument(*names, **kw)
 
+    def const(flag: str, dest: str, value: Any, text: str) -> None:
+        add(flag, dest=dest, action="store_const", const=value, help=text)
+
     for f, spec, kind in declared():
         shown = f"(default {shown_default(f, spec)}) [{spec.env}]"
         if kind is bool:
             if spec.flag:
-                add(
-                    spec.flag,
-                    dest=f.name,
-                    action="store_const",
-                    const=True,
-                    help=f"{spec.help} {shown}",
-                )
+                const(spec.flag, f.name, True, f"{spec.help} {shown}")
             if spec.off_flag:
-                add(
-                    spec.off_flag,
-                    dest=f.name,
-                    action="store_const",
-                    const=False,
-                    help=f"turn off {spec.help} [{spec.env}=0]" if not spec.flag else "turn it off",
-                )
+                off = f"turn off {spec.help} [{spec.env}=0]" if not spec.flag else "turn it off"
+                const(spec.off_flag, f.name, False, off)
             continue
         if spec.flag is None:
             continue
@@ -182,13 +174,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, after_command: bool = Fal
             kw["metavar"] = spec.metavar
         add(spec.flag, **kw)
         for flag, value in spec.shortcuts:
-            add(
-                flag,
-                dest=f.name,
-                action="store_const",
-                const=value,
-                help=f"same as {spec.flag} {value}",
-            )
+            const(flag, f.name, value, f"same as {spec.flag} {value}")
 
 
 def settings_flags(ns: argparse.Namespace) -> dict[str, Any]:
