@@ -205,7 +205,7 @@ def _commit(store: DocumentStore, work: Path, doc_id: str) -> bool:
         try:
             old = replace_dir(work, store.root / doc_id, locked=True)
         except OSError as exc:
-            raise StorageError(f"cannot move the new document into place: {exc}") from exc
+            raise storage_error(exc, f"cannot move document {doc_id!r} into place") from exc
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return old is not None

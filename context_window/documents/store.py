@@ -368,7 +368,7 @@ class DocumentStore:
             try:
                 (self.root / doc.id).rename(trash)
             except OSError as exc:
-                raise StorageError(f"cannot remove document {doc.id!r}: {exc}") from exc
+                raise storage_error(exc, f"cannot remove document {doc.id!r}") from exc
         shutil.rmtree(trash, ignore_errors=True)
         return doc
 

@@ -41,6 +41,7 @@ attempt("window", lambda: [service.documents.window("d", first=0, budget=500).mo
 attempt("summary", lambda: anyio.run(lambda: service.summarize("d", None, None, 64)).cached)
 attempt("append", lambda: service.sessions.get("s").append("one more").id)
 attempt("open_new", lambda: service.sessions.open("fresh")[0].id)
+attempt("forget", lambda: service.documents.forget("d").id)
 big = "# New\\n\\n" + "words " * 20000
 attempt("ingest", lambda: service.documents.ingest(text=big, doc_id="n").doc.id)
 print(json.dumps(out))
@@ -98,9 +99,10 @@ def test_a_read_only_data_dir_reads_and_refuses_writes_clearly(tmp_path: Path) -
     # Paging and summaries work without writing: the cursor stays at 0, nothing cached.
     assert out["window"] == ["ok", [False, 0]], out["window"]
     assert out["summary"] == ["ok", False], out["summary"]
-    for write in ("append", "open_new", "ingest"):
+    for write in ("append", "open_new", "ingest", "forget"):
         assert out[write][0] == "error", out[write]
         assert "read-only" in str(out[write][1]), out[write]
+        assert "Errno" not in str(out[write][1]), out[write]  # plain words, no temp names
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
 
 
