@@ -11,7 +11,6 @@ import os
 import re
 import secrets
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from context_window.errors import Busy, NotFound, StorageError
-from context_window.storage import LOCK_WAIT_SECONDS, lock_fd, storage_error, unlock_fd
+from context_window.storage import (
+    LOCK_WAIT_SECONDS,
+    atomic_file,
+    lock_fd,
+    storage_error,
+    unlock_fd,
+)
 
 log = logging.getLogger("context_window.storage")
 
@@ -230,21 +235,11 @@ class Journal:
                 stale.unlink()
         identity = {"kind": REWRITE, "id": secrets.token_hex(12), "at": time.time()}
         payload = b"".join(jsonl_line(r) for r in [identity, *records])
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
-        )
         try:
-            with os.fdopen(fd, "wb") as f:
+            with atomic_file(self.path) as f:  # named as the stale ones above
                 f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            Path(tmp).replace(self.path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                Path(tmp).unlink()
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot rewrite {self.path}: {exc.strerror}") from exc
-            raise
+        except OSError as exc:
+            raise storage_error(exc, f"cannot rewrite {self.path}") from exc
         _fsync_dir(self.path.parent)
         new_fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:  # if another process locked it first, its append is replayed too

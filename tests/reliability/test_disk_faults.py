@@ -41,9 +41,11 @@ attempt("window", lambda: [service.documents.window("d", first=0, budget=500).mo
 attempt("summary", lambda: anyio.run(lambda: service.summarize("d", None, None, 64)).cached)
 attempt("append", lambda: service.sessions.get("s").append("one more").id)
 attempt("open_new", lambda: service.sessions.open("fresh")[0].id)
-attempt("forget", lambda: service.documents.forget("d").id)
 big = "# New\\n\\n" + "words " * 20000
 attempt("ingest", lambda: service.documents.ingest(text=big, doc_id="n").doc.id)
+if sys.argv[2:] == ["--erase"]:  # writes that free space: only where none can be made
+    attempt("forget", lambda: service.documents.forget("d").id)
+    attempt("purge", lambda: service.sessions.get("s").purge().kept)
 print(json.dumps(out))
 """
 
@@ -65,9 +67,12 @@ def mounted(target: Path, *first: str, then: tuple[str, ...] = ()) -> Iterator[N
         subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
 
 
-def _probe(data: Path) -> dict[str, list[object]]:
+def _probe(data: Path, *flags: str) -> dict[str, list[object]]:
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(data)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROBE, str(data), *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return dict(json.loads(proc.stdout))
@@ -93,13 +98,16 @@ def test_a_read_only_data_dir_reads_and_refuses_writes_clearly(tmp_path: Path) -
             done = _cli(ro, *args)
             assert done.returncode == 0, (args, done.stdout, done.stderr)
             assert "Traceback" not in done.stderr
-        out = _probe(ro)
+        out = _probe(ro, "--erase")
+        purged = _cli(ro, "purge", "s")
+    assert purged.returncode == 1 and "Traceback" not in purged.stderr, purged.stderr
+    assert "read-only file system" in purged.stderr
     assert out["recall"] == ["ok", ["alpha note"]]
     assert out["search"][0] == "ok" and "hello world" in str(out["search"][1])
     # Paging and summaries work without writing: the cursor stays at 0, nothing cached.
     assert out["window"] == ["ok", [False, 0]], out["window"]
     assert out["summary"] == ["ok", False], out["summary"]
-    for write in ("append", "open_new", "ingest", "forget"):
+    for write in ("append", "open_new", "ingest", "forget", "purge"):
         assert out[write][0] == "error", out[write]
         assert "read-only" in str(out[write][1]), out[write]
         assert "Errno" not in str(out[write][1]), out[write]  # plain words, no temp names
@@ -133,7 +141,10 @@ def test_a_full_disk_fails_cleanly_and_leaves_nothing_half_made(tmp_path: Path) 
         filler = fill(disk)
         before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
         out = _probe(data)
+        purged = _cli(data, "purge", "s")
         after = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
+        assert purged.returncode == 1 and "Traceback" not in purged.stderr, purged.stderr
+        assert "disk is full" in purged.stderr
         assert out["recall"] == ["ok", ["alpha note"]]
         assert out["window"] == ["ok", [False, 0]]  # pages; the cursor cannot be written
         # (an append may still fit in the slack of the journal's last page)
