@@ -278,7 +278,7 @@ _OWNER = ".lock"  # beside each work directory: locked by the process doing the 
 def work_dir(root: Path, name: str) -> Iterator[Path]:
     """A fresh hidden path ``root/.tmp-<name>-<hex>`` for work, its ``.lock`` held while
     the block runs, so ``sweep_work`` tells live work from what a crash left. The caller
-    creates the directory and removes it on failure."""
+    creates the directory; a failing block's is removed."""
     root.mkdir(parents=True, exist_ok=True)
     work = root / f"{WORK_PREFIX}{name}-{secrets.token_hex(4)}"
     owner = work.with_name(work.name + _OWNER)
@@ -286,6 +286,9 @@ def work_dir(root: Path, name: str) -> Iterator[Path]:
     try:
         lock_fd(fd, str(owner))
         yield work
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     finally:
         with contextlib.suppress(OSError):
             owner.unlink()

@@ -135,35 +135,31 @@ def _ingest(
     made = not store.root.exists()
     try:
         with work_dir(store.root, final_id) as work:
-            try:
-                if source.place is not None:
-                    digest, size = source.place(work)
-                    same = _same_content(store, digest, doc_id)
-                    if same is not None and doc_id is None:
-                        shutil.rmtree(work, ignore_errors=True)
-                        return _reused(store, same, source, size, started)
-                spec = BuildSpec(
-                    final_id,
-                    title or clean_title(source.default_title) or final_id,
-                    source.name,
-                    digest,
-                    tokens,
-                    overlap,
-                    ratio,
-                    source.max_chars,
-                    source.mtime_ns,
-                    store.segment_chars,
-                    *store.large,
-                )
-                write(work, spec)
-                if old_meta is not None:
-                    kept = _carry_over(store.root / final_id, work)
-                # What was ingested, though another process may forget it once in place.
-                doc = DocInfo.from_meta(json.loads((work / "meta.json").read_bytes()))
-                replaced = _commit(store, work, final_id)
-            except BaseException:
-                shutil.rmtree(work, ignore_errors=True)
-                raise
+            if source.place is not None:
+                digest, size = source.place(work)
+                same = _same_content(store, digest, doc_id)
+                if same is not None and doc_id is None:
+                    shutil.rmtree(work, ignore_errors=True)
+                    return _reused(store, same, source, size, started)
+            spec = BuildSpec(
+                final_id,
+                title or clean_title(source.default_title) or final_id,
+                source.name,
+                digest,
+                tokens,
+                overlap,
+                ratio,
+                source.max_chars,
+                source.mtime_ns,
+                store.segment_chars,
+                *store.large,
+            )
+            write(work, spec)
+            if old_meta is not None:
+                kept = _carry_over(store.root / final_id, work)
+            # What was ingested, though another process may forget it once in place.
+            doc = DocInfo.from_meta(json.loads((work / "meta.json").read_bytes()))
+            replaced = _commit(store, work, final_id)
     except OSError as exc:  # a full or read-only disk: say so, and leave nothing behind
         if made:
             shutil.rmtree(store.root, ignore_errors=True)
@@ -235,25 +231,21 @@ def reindex(store: DocumentStore, doc: DocInfo) -> None:
         *store.large,
     )
     with work_dir(store.root, doc.id) as work:
-        try:
-            work.mkdir(parents=True)
-            with (folder / "source.txt").open("rb") as f:  # block by block, as at ingest
-                blocks = iter(functools.partial(f.read, COPY_BLOCK), b"")
-                copied = copy_source(blocks, work / "source.txt", doc.source)
-            if doc.sha256 and copied.sha256 != doc.sha256:
-                raise StorageError(
-                    f"document {doc.id!r} is damaged: source.txt does not match its sha256",
-                    remedy=REINGEST,
-                )
-            built = build_file(work, spec, copied, stored=True)
-            if built["chunks"] != meta.get("chunks"):
-                raise StorageError(f"document {doc.id!r} re-chunked differently; ingest it again")
-            for name in ("summaries.jsonl", "cursors"):
-                if (folder / name).exists():
-                    copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
-                    copy(folder / name, work / name)
-            write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
-            _commit(store, work, doc.id)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+        work.mkdir(parents=True)
+        with (folder / "source.txt").open("rb") as f:  # block by block, as at ingest
+            blocks = iter(functools.partial(f.read, COPY_BLOCK), b"")
+            copied = copy_source(blocks, work / "source.txt", doc.source)
+        if doc.sha256 and copied.sha256 != doc.sha256:
+            raise StorageError(
+                f"document {doc.id!r} is damaged: source.txt does not match its sha256",
+                remedy=REINGEST,
+            )
+        built = build_file(work, spec, copied, stored=True)
+        if built["chunks"] != meta.get("chunks"):
+            raise StorageError(f"document {doc.id!r} re-chunked differently; ingest it again")
+        for name in ("summaries.jsonl", "cursors"):
+            if (folder / name).exists():
+                copy = shutil.copytree if (folder / name).is_dir() else shutil.copy2
+                copy(folder / name, work / name)
+        write_json_atomic(work / "meta.json", {**meta, "terms": built["terms"]})
+        _commit(store, work, doc.id)

@@ -7,7 +7,6 @@ A missing or unreadable meta.json is rebuilt, the damaged copy kept as
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -22,6 +21,7 @@ from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.sessions.records import updated_time
 from context_window.sessions.session import SNAPSHOT_AFTER, Clock, Session
 from context_window.storage import (
+    atomic_file,
     check_id,
     file_stamp,
     is_valid_id,
@@ -250,17 +250,11 @@ class SessionStore:
             raise InvalidInput(f"session {sid!r} already exists")
         try:
             with work_dir(self.root, f"import-{sid}") as work:
-                try:
-                    work.mkdir()
-                    with (work / "entries.jsonl").open("wb") as f:
-                        f.write(journal)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    write_json_atomic(work / "meta.json", meta)
-                    old = replace_dir(work, final)
-                except BaseException:
-                    shutil.rmtree(work, ignore_errors=True)
-                    raise
+                work.mkdir()
+                with atomic_file(work / "entries.jsonl") as f:
+                    f.write(journal)
+                write_json_atomic(work / "meta.json", meta)
+                old = replace_dir(work, final)
         except OSError as exc:
             raise storage_error(exc, f"cannot write session {sid!r}") from exc
         with self._open_guard:
