@@ -109,6 +109,22 @@ def test_document_markdown_is_the_text_after_one_header_line() -> None:
     assert parsed.text == SPEC and parsed.meta == {"id": "d", "title": "t"}
 
 
+@pytest.mark.parametrize("text", HOSTILE)
+def test_an_export_saved_with_crlf_line_ends_reads_back_the_same(text: str) -> None:
+    # An editor on Windows, or git's autocrlf, ends every line with \r\n: a person
+    # who opened the Markdown export and saved it must still be able to import it.
+    records = [entry("e1", text), {"kind": "patch", "id": "e1", "pinned": True}]
+    exports = [
+        markdown(records),
+        "".join(session_jsonl(META, records)),
+        "".join(document_markdown({"id": "d"}, text)),
+        "".join(document_jsonl({"id": "d"}, text, [])),
+    ]
+    for export in exports:
+        crlf = export.replace("\n", "\r\n")
+        assert parse(crlf) == parse(export)
+
+
 GOOD = "".join(session_jsonl(META, [entry("e1", "x")]))
 
 
