@@ -179,6 +179,10 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
         return f"must be one of {', '.join(map(str, spec.get('enum', [])))}".rstrip()
     wanted = spec.get("type")
     if isinstance(wanted, str) and kind.endswith(("_type", "_parsing")):
+        given = err.get("input")  # words where a list of words goes: show the list to send
+        if wanted == "array" and isinstance(given, str) and 0 < len(given) <= 60:
+            words = [w.strip() for w in given.split(",") if w.strip()] or [given]
+            return f"must be a list, as {json.dumps(words, ensure_ascii=False)}"
         return f"must be {_TYPES.get(wanted, wanted)}"
     return "is invalid: " + str(err["msg"]).split("\n", 1)[0]
 

@@ -357,6 +357,8 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
                 "two": ("doc_search", {"query": 5, "limit": 0}),
                 "missing": ("context_recall", {}),
                 "item": ("context_append", {"session_id": "s", "text": "t", "tags": [1]}),
+                "word": ("context_recall", {"session_id": "s", "tags": "decision"}),
+                "words": ("context_append", {"session_id": "s", "text": "t", "tags": "a, b c"}),
             }
             out = {}
             for key, (tool, args) in calls.items():
@@ -371,3 +373,5 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
     assert got["two"].splitlines() == ["query must be a string", "limit must be between 1 and 100"]
     assert got["missing"] == "session_id is required"
     assert got["item"] == "tags.0 must be a string"
+    assert got["word"] == 'tags must be a list, as ["decision"]'  # what to send instead
+    assert got["words"] == 'tags must be a list, as ["a", "b c"]'
