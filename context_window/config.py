@@ -273,6 +273,8 @@ def _validated(s: Settings) -> Settings:
         check_chunk_settings(s.chunk_tokens, s.chunk_overlap, s.token_ratio)
     except InvalidInput as exc:
         raise ConfigError(str(exc)) from None
+    if not s.host.strip():  # a bind to '' is every interface, and no log could name it
+        raise ConfigError("host is blank: bind 127.0.0.1, or 0.0.0.0 for every interface")
     if s.http_token and not s.http_token.strip():
         raise ConfigError("http-token is blank: give a real secret, or none for no token")
     for name, url in (("llm-base-url", s.llm_base_url), ("embed-base-url", s.embed_base_url)):

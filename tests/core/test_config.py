@@ -161,6 +161,8 @@ def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ({"no_such_setting": 1}, {}, "no_such_setting"),
         ({"http_token": " "}, {}, "http-token is blank"),
         ({}, {"CTX_HTTP_TOKEN": "  "}, "http-token is blank"),
+        ({"host": ""}, {}, "host is blank: bind 127.0.0.1, or 0.0.0.0"),
+        ({"host": " "}, {}, "host is blank"),
     ],
 )
 def test_invalid_settings_raise_config_error_naming_the_problem(
