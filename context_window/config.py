@@ -287,10 +287,17 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """A line for each ``CTX_*`` variable that names no setting (so it does nothing),
     with the ones it resembles: a misspelt variable would otherwise go unnoticed."""
     known = {spec.env[4:]: spec.env for _, spec, _ in declared()}  # without "CTX_"
+    # Named for an off flag, as CTX_NO_LLM for --no-llm: its setting's variable at 0.
+    offs = {
+        s.off_flag[2:].upper().replace("-", "_"): f"{s.env}=0"
+        for _, s, _ in declared()
+        if s.off_flag
+    }
     lines = []
     for name in sorted(n for n in environ if n.startswith("CTX_") and n[4:] not in known):
         words = set(name[4:].split("_"))
         near = [v for k, v in known.items() if words <= set(k.split("_"))]
+        near = [offs[name[4:]]] if name[4:] in offs else near
         near = near or [known[k] for k in difflib.get_close_matches(name[4:], known, 1, 0.75)]
         hint = f"; did you mean {' or '.join(near[:2])}?" if near else ""
         lines.append(f"{name} names no setting and is ignored{hint}")

@@ -134,6 +134,7 @@ def test_a_misspelt_variable_is_named_with_the_setting_it_resembles(tmp_path: Pa
     """A variable that names no setting does nothing: an LM Studio config with
     CTX_DATADIR would keep its sessions in the default data dir, silently."""
     env = {"CTX_DATADIR": str(tmp_path / "meant"), "CTX_PORT": "4000", "CTX_OTHER_TOOL": "1"}
+    env["CTX_NO_LLM"] = "1"  # named for the flag --no-llm
     p = run_cli("--no-llm", "--data-dir", str(tmp_path / "data"), env=env)
     assert p.returncode == 0, p.stderr
     warned = [line.split(" WARNING context_window: ")[1] for line in p.stderr.splitlines()
@@ -141,6 +142,8 @@ def test_a_misspelt_variable_is_named_with_the_setting_it_resembles(tmp_path: Pa
     assert warned == [
         "environment variable CTX_DATADIR names no setting and is ignored; "
         "did you mean CTX_DATA_DIR?",
+        "environment variable CTX_NO_LLM names no setting and is ignored; "
+        "did you mean CTX_LLM_ENABLED=0?",
         "environment variable CTX_OTHER_TOOL names no setting and is ignored",
         "environment variable CTX_PORT names no setting and is ignored; "
         "did you mean CTX_HTTP_PORT?",
