@@ -233,7 +233,7 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     service = Service(settings.with_changes(ingest_roots=(path.parent,), llm_enabled=False))
     with Meter(f"ingest {path.name}") as meter:
         done = service.documents.ingest(
-            file_path=str(path), title=ns.title, doc_id=ns.doc_id, progress=meter
+            file_path=str(path), title=ns.title, doc_id=ns.doc_id or None, progress=meter
         )
     doc = done.doc
     verb = "replaced" if done.replaced else ("kept" if done.reused else "ingested")
