@@ -152,6 +152,11 @@ def bench_recall(data_dir: Path, entries: int, queries: int) -> dict[str, Any]:
     samples = time_calls(lambda q: session.recall(q, BUDGET), qs[3:])
     no_query = time_calls(lambda _: session.recall(None, BUDGET), range(max(3, queries // 4)))
     hits = [len(session.recall(q, BUDGET).entries) for q in qs[3:8]]
+    # The 10% tagged "bench" (no query), replayed and after a restart from the snapshot.
+    tagged = time_calls(lambda _: session.recall(None, BUDGET, tags=["bench"]), range(5))
+    session.save_snapshot()
+    restarted = SessionStore(data_dir, TokenCounter(0.27)).get(sid)
+    again = time_calls(lambda _: restarted.recall(None, BUDGET, tags=["bench"]), range(5))
     after_append = []  # the usual loop: note something, then recall
     for q, text in zip(qs[3:], session_texts(AFTER_APPEND, seed=entries + 1), strict=False):
         session.append(text)
@@ -161,6 +166,8 @@ def bench_recall(data_dir: Path, entries: int, queries: int) -> dict[str, Any]:
     out = {"entries": entries, **summary_ms(samples)}
     out["after_append"] = summary_ms(after_append)
     out["recent_p50_ms"] = summary_ms(no_query)["p50_ms"]
+    out["tagged_p50_ms"] = summary_ms(tagged)["p50_ms"]
+    out["tagged_restarted_p50_ms"] = summary_ms(again)["p50_ms"]
     out["varied"] = worst_query(session)
     out["load_s"] = round(load[0], 3)
     out["write_s"] = round(build[0], 3)

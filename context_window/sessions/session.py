@@ -417,14 +417,7 @@ class Session:
         if not include_superseded:
             mask &= ~flags.superseded
         if wanted:
-            mask &= np.fromiter(
-                (
-                    any(t.casefold() in wanted for t in self._state.records[eid]["tags"])
-                    for eid in self._state.order
-                ),
-                dtype=np.bool_,
-                count=n,
-            )
+            mask &= self._state.records.tagged(wanted)
         terms = self._analyzer.query(query) if query and query.strip() else []
         searchable = not (query and query.strip()) or bool(terms)
         pinned = np.flatnonzero(mask & flags.pinned)  # shown whatever the query

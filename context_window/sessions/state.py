@@ -7,6 +7,7 @@ numpy arrays.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import weakref
@@ -163,6 +164,17 @@ class Records:
         """(id, record) of every entry, in position order."""
         for i, eid in enumerate(self._state.order):
             yield eid, self.at(i)
+
+    def tagged(self, wanted: set[str]) -> npt.NDArray[np.bool_]:
+        """Per position: whether the entry has a tag in ``wanted`` (casefolded). Read from
+        the snapshot's tag column and the held records: no record is built."""
+        hits = np.zeros(len(self), dtype=np.bool_)
+        pos = self._state.pos
+        held = ((pos[eid], rec.tags) for eid, rec in self._held.items() if rec.tags)
+        columns = self.columns.tags.items() if self.columns is not None else ()
+        for i, tags in itertools.chain(columns, held):  # tags never change: copies agree
+            hits[i] = any(t.casefold() in wanted for t in tags)
+        return hits
 
     def with_seq(self, seq: int) -> list[str]:
         """The ids of the entries numbered ``seq`` (one, unless records were merged)."""

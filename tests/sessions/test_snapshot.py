@@ -56,7 +56,7 @@ def state_of(s: Session) -> dict[str, object]:
         for superseded in (False, True):
             r = s.recall(q, 100_000, include_superseded=superseded, tags=None)
             out[f"{q}/{superseded}"] = ([e.id for e in r.entries], r.scores, r.candidates)
-        r = s.recall(q, 100_000, tags=["t1"])
+        r = s.recall(q, 100_000, tags=["t1", "T9"])  # any case; a column or a record
         out[f"{q}/tags"] = ([e.id for e in r.entries], r.scores)
     return out
 
