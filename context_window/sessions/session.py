@@ -515,12 +515,8 @@ class Session:
         """Rewrite the log without deleted or expired entries, atomically."""
         with self.journal.locked():
             self._catch_up()
-            now = self.clock()
-            gone = {
-                eid
-                for eid, rec in self._state.records.items()
-                if rec["deleted"] or self._state.expired(rec, now)
-            }
+            m = self._state.masks(self.clock())  # the flags: no entry is built to read them
+            gone = {self._state.order[i] for i in np.flatnonzero(m.deleted | m.expired)}
             known = self._state.records.__contains__
             kept, patches, unknown = without(self.journal.read_all(), gone, known)
             unreadable = self.journal.skipped + unknown
