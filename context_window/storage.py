@@ -265,6 +265,7 @@ def storage_error(exc: OSError, what: str) -> StorageError:
         errno.ENOSPC: "no space left on the device (the disk is full)",
         errno.EDQUOT: "over the disk quota",
         errno.EROFS: "read-only file system",
+        errno.ENOTDIR: f"a file is in the way ({CHOOSE_ANOTHER})",
     }.get(exc.errno or 0, exc.strerror or type(exc).__name__)
     return StorageError(f"{what}: {reason}")
 

@@ -121,6 +121,16 @@ def test_data_dir_that_is_a_file_exits_2(tmp_path: Path, under: str) -> None:
     assert blocker.read_text() == "x"
 
 
+def test_an_import_says_a_file_is_in_the_way_of_the_data_dir(tmp_path: Path) -> None:
+    blocker, export = tmp_path / "file", tmp_path / "s.jsonl"
+    blocker.write_text("x")
+    export.write_text('{"format":"context-window/session","version":1,"id":"s"}\n')
+    p = run("import", str(export), "--data-dir", str(blocker))
+    assert p.returncode == 1, p.stderr
+    assert "cannot write session 's': a file is in the way (--data-dir" in p.stderr
+    assert blocker.read_text() == "x"
+
+
 def test_relative_data_dir_is_created_and_logged_absolute(tmp_path: Path) -> None:
     p = run("--no-llm", "--data-dir", "rel/state", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
