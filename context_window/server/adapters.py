@@ -157,6 +157,15 @@ def _flat(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+# A schema's bounds as an argument error states them (``gt=0`` is "more than 0").
+_BOUNDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "more than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
+
+
 def _problem(err: Any, spec: dict[str, Any]) -> str:
     kind = str(err["type"])
     low, high = spec.get("minimum"), spec.get("maximum")
@@ -167,10 +176,8 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
     if kind in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
         if low is not None and high is not None:
             return f"must be between {low:,} and {high:,}"
-        bound = err.get("ctx", {})
-        limit = next(iter(bound.values()), "")
-        word = "at least" if kind.startswith("greater") else "at most"
-        return f"must be {word} {limit}"
+        rules = [f"{word} {spec[key]:,}" for key, word in _BOUNDS.items() if key in spec]
+        return "must be " + " and ".join(rules) if rules else f"is out of range: {err['msg']}"
     if kind in {"string_too_long", "too_long"}:
         return f"is too long (at most {spec.get('maxLength', spec.get('maxItems', '?')):,})"
     if kind in {"string_too_short", "too_short"}:

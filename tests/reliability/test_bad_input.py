@@ -358,6 +358,7 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
                 "missing": ("context_recall", {}),
                 "item": ("context_append", {"session_id": "s", "text": "t", "tags": [1]}),
                 "word": ("context_recall", {"session_id": "s", "tags": "decision"}),
+                "open": ("context_append", {"session_id": "s", "text": "t", "ttl_days": 0}),
                 "words": ("context_append", {"session_id": "s", "text": "t", "tags": "a, b c"}),
             }
             out = {}
@@ -374,4 +375,5 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
     assert got["missing"] == "session_id is required"
     assert got["item"] == "tags.0 must be a string"
     assert got["word"] == 'tags must be a list, as ["decision"]'  # what to send instead
+    assert got["open"] == "ttl_days must be more than 0 and at most 36,500"  # 0 is out
     assert got["words"] == 'tags must be a list, as ["a", "b c"]'
