@@ -9,8 +9,10 @@ MAX_TITLE_CHARS = 200
 
 def check_title(title: str | None) -> str | None:
     """``title`` if it is at most ``MAX_TITLE_CHARS`` printable characters (or None)."""
-    if title is not None and (len(title) > MAX_TITLE_CHARS or not title.isprintable()):
-        raise InvalidInput(f"title must be at most {MAX_TITLE_CHARS} printable characters")
+    if title is not None and len(title) > MAX_TITLE_CHARS:
+        raise InvalidInput(f"title is {len(title):,} characters; the limit is {MAX_TITLE_CHARS}")
+    if title is not None and not title.isprintable():
+        raise InvalidInput("title must be one line, without control characters (\\n, \\t)")
     return title
 
 
