@@ -285,7 +285,7 @@ def render_sessions(page: SessionPage, budget: int, counter: TokenCounter) -> st
     n, first = len(page.sessions), page.offset + 1
     of = f"{page.total:,}"
     if page.text:
-        of = f"{page.matched:,} holding {page.text!r} ({page.total:,} in all)"
+        of = f"{page.matched:,} holding {page.text!r:.80} ({page.total:,} in all)"
     if not n:
         return f"No sessions from offset {page.offset}: {of}."
     header = f"Sessions {first}-{page.offset + n} of {of}, newest first:"

@@ -241,7 +241,7 @@ class Session:
         """One entry by id, whatever its state."""
         self.refresh()
         if (eid := self._state.resolve(entry_id)) not in self._state.records:
-            raise NotFound(f"no entry {entry_id!r} in session {self.id!r}")
+            raise NotFound(f"no entry {entry_id!r:.80} in session {self.id!r}")
         return self._entry(eid)
 
     def append(
@@ -294,7 +294,9 @@ class Session:
         with self.journal.locked():
             self._catch_up()
             if (eid := self._state.resolve(entry_id)) not in self._state.records:
-                raise NotFound(f"no entry {entry_id!r} in session {self.id!r}", remedy=FIND_ENTRY)
+                raise NotFound(
+                    f"no entry {entry_id!r:.80} in session {self.id!r}", remedy=FIND_ENTRY
+                )
             check_pins(self._state, eid, pinned, deleted)
             patch = {"kind": "patch", "id": eid, "pinned": pinned, "deleted": deleted}
             self._write([{k: v for k, v in patch.items() if v is not None}])
@@ -366,7 +368,7 @@ class Session:
             # A summary stays a compaction when a purge erased every entry it folded.
             if rec is None or not (rec["replaces"] or rec["role"] == "summary"):
                 raise NotFound(
-                    f"no compaction {compaction_id!r} in session {self.id!r}",
+                    f"no compaction {compaction_id!r:.80} in session {self.id!r}",
                     remedy=FIND_COMPACTION,
                 )
             if rec["deleted"]:

@@ -92,3 +92,25 @@ def test_context_open_structured_content_is_bounded_like_its_text(tmp_path: Path
             assert all(p["truncated"] for p in pins)
 
     anyio.run(main)
+
+
+def test_no_answer_echoes_a_huge_argument(tmp_path: Path) -> None:
+    """An id or filter of 100,000 characters (a model's runaway output) is named in the
+    answer by its start, never copied whole into the model's window."""
+    svc = service_for(tmp_path / "data")
+    svc.sessions.open("s")[0].append("one note")
+    huge = "x" * 100_000
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("context_uncompact", {"session_id": "s", "compaction_id": huge}),
+        ("context_update", {"session_id": "s", "entry_id": huge, "pinned": True}),
+        ("context_list_sessions", {"filter": huge}),
+    ]
+
+    async def main() -> None:
+        async with Client(build_server(svc)) as c:
+            for tool, args in calls:
+                res = await c.call_tool(tool, args)
+                text = "".join(getattr(b, "text", "") for b in res.content)
+                assert "xxxx" in text and len(text) < 400, (tool, len(text))
+
+    anyio.run(main)
