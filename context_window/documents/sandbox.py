@@ -82,13 +82,13 @@ def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
     missing = [str(r) for r in roots if not r.is_dir()]
     if len(missing) == len(roots):
         return NotFound(
-            f"no file {file_path!r} can be read: the ingest root "
+            f"no file {file_path!r:.200} can be read: the ingest root "
             f"{', '.join(missing)} does not exist on this machine",
             remedy=SET_INGEST_ROOT,
         )
     gone = f"; {', '.join(missing)} does not exist on this machine" if missing else ""
     return NotFound(
-        f"no readable file {file_path!r} inside the ingest roots "
+        f"no readable file {file_path!r:.200} inside the ingest roots "
         f"({', '.join(str(r) for r in roots)}; relative paths are read from {roots[0]}): "
         f"it is missing, or it is outside the ingest roots{gone}"
     )
