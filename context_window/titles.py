@@ -12,7 +12,9 @@ def check_title(title: str | None) -> str | None:
     if title is not None and len(title) > MAX_TITLE_CHARS:
         raise InvalidInput(f"title is {len(title):,} characters; the limit is {MAX_TITLE_CHARS}")
     if title is not None and not title.isprintable():
-        raise InvalidInput("title must be one line, without control characters (\\n, \\t)")
+        raise InvalidInput(
+            "title must be one line of printable characters (no \\n, \\t or other controls)"
+        )
     return title
 
 

@@ -7,13 +7,16 @@ import pytest
 from context_window.errors import InvalidInput
 from context_window.titles import check_title
 
+ONE_LINE = "title must be one line of printable characters (no \\n, \\t or other controls)"
+
 
 @pytest.mark.parametrize(
     ("title", "message"),
     [
         ("x" * 201, "title is 201 characters; the limit is 200"),
-        ("line one\nline two", "title must be one line, without control characters (\\n, \\t)"),
-        ("tab\there", "title must be one line, without control characters (\\n, \\t)"),
+        ("line one\nline two", ONE_LINE),
+        ("tab\there", ONE_LINE),
+        ("surrogate \ud800", ONE_LINE),
     ],
 )
 def test_a_title_refused_says_why(title: str, message: str) -> None:
