@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -225,10 +226,14 @@ def _ingest(settings: Settings, ns: argparse.Namespace) -> int:
     from context_window.documents.reingest import describe
     from context_window.service import Service
 
-    path = ns.file.expanduser().resolve()
-    if not path.exists():
-        raise ConfigError(f"no such file: {ns.file}")
-    if not path.is_file():
+    try:  # a name too long, a symlink loop or a folder not searchable: one line too
+        path = ns.file.expanduser().resolve()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"no such file: {ns.file}") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: resolve's loop (Python < 3.13)
+        raise ConfigError(f"cannot read {ns.file}: {getattr(exc, 'strerror', exc)}") from None
+    if not stat.S_ISREG(mode):
         raise ConfigError(f"{ns.file} is not a regular file (a folder? ingest one file at a time)")
     service = Service(settings.with_changes(ingest_roots=(path.parent,), llm_enabled=False))
     with Meter(f"ingest {path.name}") as meter:

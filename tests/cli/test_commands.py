@@ -284,6 +284,18 @@ def test_round_trip_in_real_processes_without_mcp(
     assert done.stderr == "False"  # the human commands never import the MCP SDK
 
 
+def test_ingest_of_a_path_that_cannot_be_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for name, why in (("n" * 300, "File name too long"), (str(tmp_path / "a"), "")):
+        assert main(["ingest", name, "--data-dir", str(tmp_path / "data")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("context-window: error: cannot read ") and why in err, err
+        assert err.count("\n") == 1
+
+
 def test_ingest_a_file_from_the_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data"
     log = tmp_path / "notes" / "deploy.log"
