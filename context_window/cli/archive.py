@@ -160,11 +160,16 @@ def export_document(
 def write_export(
     target: Path | None, stdout: TextIO, produce: Callable[[TextIO], Exported]
 ) -> Exported:
-    """Run ``produce`` on stdout, or on a temp file renamed to ``target`` once complete."""
+    """Run ``produce`` on stdout, or on a temp file renamed to ``target`` once complete.
+    A symlink is followed; a device or a pipe (``/dev/null``) is written into, never
+    replaced, which root could otherwise do."""
     if target is None:
         return produce(stdout)
     try:
-        with atomic_text(target) as f:
+        if target.exists() and not target.is_file():  # /dev/null, a FIFO, /dev/stdout
+            with target.open("w", encoding="utf-8", newline="") as f:
+                return produce(f)
+        with atomic_text(target.resolve()) as f:
             return produce(f)
     except OSError as exc:
         raise StorageError(f"cannot write {target}: {exc.strerror}") from exc

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,6 +131,31 @@ def test_export_to_stdout_and_skipped_lines(
     assert lines[0]["id"] == "work" and "created_at" in lines[0]
     assert len(lines) == 1 + 11 + 3  # header, entries, patches (delete, unpin, raw's pin)
     assert "skipped 1 unreadable" in err
+
+
+def test_export_writes_through_a_symlink_and_into_a_pipe_never_replacing_them(
+    settings: SettingsFactory, tmp_path: Path
+) -> None:
+    s = settings()
+    build_session(s)
+    real, link, pipe = tmp_path / "real.jsonl", tmp_path / "link.jsonl", tmp_path / "pipe"
+    real.write_text("old")
+    link.symlink_to(real)
+    assert cli(s, "export", "session", "work", "-o", str(link)) == 0
+    assert link.is_symlink() and '"context-window/session"' in real.read_text()
+    os.mkfifo(pipe)  # as /dev/null or /dev/stdout: root's rename would replace the node
+    got: list[bytes] = []
+
+    def read() -> None:
+        with pipe.open("rb") as f:
+            got.append(f.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert cli(s, "export", "session", "work", "-o", str(pipe)) == 0
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)
+    assert got and b'"context-window/session"' in got[0]
 
 
 def test_import_under_a_new_id_and_replace(
