@@ -289,10 +289,12 @@ def test_ingest_of_a_path_that_cannot_be_read_is_one_line(
 ) -> None:
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    for name, why in (("n" * 300, "File name too long"), (str(tmp_path / "a"), "")):
+    loop = ("Symlink loop", "Too many levels of symbolic links")  # Python < 3.13, 3.13
+    for name, whys in (("n" * 300, ("File name too long",)), (str(tmp_path / "a"), loop)):
         assert main(["ingest", name, "--data-dir", str(tmp_path / "data")]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("context-window: error: cannot read ") and why in err, err
+        assert err.startswith("context-window: error: cannot read "), err
+        assert any(why in err for why in whys), err
         assert err.count("\n") == 1
 
 
