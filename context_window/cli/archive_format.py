@@ -191,7 +191,8 @@ def parse(data: str, name: str = "the file") -> SessionArchive | DocumentArchive
     """Parse an export of either kind and format; InvalidInput naming the first problem."""
     if data.startswith("\ufeff"):
         data = data[1:]
-    if data.partition("\n")[0].endswith("\r"):  # saved with CRLF ends (Windows, git): undone
+    end = data.find("\n")  # not partition: that would copy all the rest to test one line
+    if end > 0 and data[end - 1] == "\r":  # saved with CRLF ends (Windows, git): undone
         data = data.replace("\r\n", "\n")
     first, _, rest = data.partition("\n")
     if first.startswith("{"):
