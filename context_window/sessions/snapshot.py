@@ -18,7 +18,6 @@ import mmap
 import os
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from context_window.sessions.index import MemoryIndex
 from context_window.sessions.keys import Keys
 from context_window.sessions.state import (
     Blob,
+    ByPosition,
     Columns,
     SessionState,
     decode_text,
@@ -97,7 +97,6 @@ def save(directory: Path, state: SessionState, position: JournalPosition, ratio:
         **{k: np.frombuffer(bytes(state.flags[k]), dtype=np.uint8) for k in _FLAGS},
         **{f"ix_{k}": v for k, v in index.items()},
     }
-    assert isinstance(entries.tags, ByPosition)
     arrays["tag_at"], arrays["tags"] = entries.tags.at, _joined(entries.tags.lines)
     try:
         with file_lock(directory / LOCK, f"the snapshot of session {directory.name!r}", 0):
@@ -127,7 +126,7 @@ def _entry_columns(state: SessionState) -> Columns:
             [],
             Blob(),
             np.zeros(0, np.int64),
-            {},
+            ByPosition(np.zeros(0, np.int64), [], 0),
             {},
         )
     n = len(base)
@@ -149,9 +148,7 @@ def _entry_columns(state: SessionState) -> Columns:
         roles,
         Blob(base.texts.read(0, start) + b"".join(texts)),
         np.concatenate([base.ends, ends]),
-        ByPosition.merged(
-            base.tags, {n + j: r.tags for j, r in enumerate(tail) if r.tags}, n + len(tail)
-        ),
+        base.tags.merged({n + j: r.tags for j, r in enumerate(tail) if r.tags}, n + len(tail)),
         {**base.replaces, **{n + j: r.replaces for j, r in enumerate(tail) if r.replaces}},
     )
 
@@ -230,46 +227,6 @@ def remove(directory: Path) -> None:
         (directory / SNAPSHOT).unlink()
     with contextlib.suppress(OSError):
         _sweep(directory, keep=set())
-
-
-class ByPosition(Mapping[int, tuple[str, ...]]):
-    """A snapshot's tags by position: a line of JSON each, parsed when asked for."""
-
-    def __init__(self, at: npt.NDArray[np.int64], lines: list[str], n: int) -> None:
-        """ValueError unless ``at`` ascends within the ``n`` positions, a line each."""
-        if len(at) != len(lines) or (
-            len(at) and (at[0] < 0 or at[-1] >= n or np.any(np.diff(at) <= 0))
-        ):
-            raise ValueError("its tags are not listed by position")
-        self.at, self.lines = at, lines
-
-    @classmethod
-    def merged(cls, base: Mapping[int, Any], more: Mapping[int, Any], n: int) -> ByPosition:
-        """``base`` then ``more`` (at later positions), a ``ByPosition``'s lines kept."""
-        if isinstance(base, ByPosition):
-            at, lines = base.at.tolist(), list(base.lines)
-        else:
-            at = sorted(base)
-            lines = [json.dumps(base[i]) for i in at]
-        at.extend(sorted(more))
-        lines.extend(json.dumps(more[i]) for i in at[len(lines) :])
-        return cls(np.array(at, np.int64), lines, n)
-
-    def __getitem__(self, i: int) -> tuple[str, ...]:
-        k = int(self.at.searchsorted(i))
-        if k == len(self.at) or self.at[k] != i:
-            raise KeyError(i)
-        with contextlib.suppress(ValueError):
-            tags = json.loads(self.lines[k])
-            if isinstance(tags, list):
-                return tuple(str(t) for t in tags)
-        return ()
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.at.tolist())
-
-    def __len__(self) -> int:
-        return len(self.at)
 
 
 def _state(

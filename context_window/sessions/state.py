@@ -8,6 +8,7 @@ numpy arrays.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import weakref
@@ -100,6 +101,51 @@ class Blob:
         return data
 
 
+class ByPosition:
+    """Tags by position: a line of JSON each, parsed when asked for."""
+
+    def __init__(self, at: npt.NDArray[np.int64], lines: list[str], n: int) -> None:
+        """ValueError unless ``at`` ascends within the ``n`` positions, a line each."""
+        if len(at) != len(lines) or (
+            len(at) and (at[0] < 0 or at[-1] >= n or np.any(np.diff(at) <= 0))
+        ):
+            raise ValueError("its tags are not listed by position")
+        self.at, self.lines = at, lines
+
+    def merged(self, more: Mapping[int, tuple[str, ...]], n: int) -> ByPosition:
+        """These, then ``more`` at later positions, within ``n`` positions."""
+        at = sorted(more)
+        lines = [*self.lines, *(json.dumps(more[i]) for i in at)]
+        return ByPosition(np.concatenate([self.at, np.array(at, np.int64)]), lines, n)
+
+    def get(self, i: int) -> tuple[str, ...]:
+        """The tags of position ``i`` (none when it has none)."""
+        k = int(self.at.searchsorted(i))
+        return _tags(self.lines[k]) if k < len(self.at) and self.at[k] == i else ()
+
+    def pairs(self) -> Iterator[tuple[int, tuple[str, ...]]]:
+        """Every (position, tags), in position order: the lines parsed as one JSON array,
+        or each on its own if that fails, so a bad line costs only its own tags."""
+        try:
+            parsed = json.loads(f"[{','.join(self.lines)}]")
+        except ValueError:
+            parsed = None
+        if parsed is None or len(parsed) != len(self.lines):
+            return zip(self.at.tolist(), map(_tags, self.lines), strict=True)
+        return zip(self.at.tolist(), map(_listed, parsed), strict=True)
+
+
+def _tags(line: str) -> tuple[str, ...]:
+    try:
+        return _listed(json.loads(line))
+    except ValueError:
+        return ()
+
+
+def _listed(tags: Any) -> tuple[str, ...]:
+    return tuple(map(str, tags)) if isinstance(tags, list) else ()
+
+
 @dataclass(frozen=True)
 class Columns:
     """A snapshot's entries as its arrays; a record is built when asked for."""
@@ -110,7 +156,7 @@ class Columns:
     roles: list[str]
     texts: Blob  # every text, UTF-8, one after another (read from the file when asked)
     ends: npt.NDArray[np.int64]  # where each text ends in ``texts``
-    tags: Mapping[int, tuple[str, ...]]  # by position, the entries that have any
+    tags: ByPosition  # the entries that have any
     replaces: dict[int, tuple[str, ...]]
 
     def __len__(self) -> int:
@@ -171,7 +217,7 @@ class Records:
         hits = np.zeros(len(self), dtype=np.bool_)
         pos = self._state.pos
         held = ((pos[eid], rec.tags) for eid, rec in self._held.items() if rec.tags)
-        columns = self.columns.tags.items() if self.columns is not None else ()
+        columns = self.columns.tags.pairs() if self.columns is not None else ()
         for i, tags in itertools.chain(columns, held):  # tags never change: copies agree
             hits[i] = any(t.casefold() in wanted for t in tags)
         return hits
@@ -197,7 +243,7 @@ class Records:
             cols.roles[cols.role_codes[i]],
             cols.text(i),
             state.costs[i],
-            cols.tags.get(i, ()),
+            cols.tags.get(i),
             bool(state.flags["pinned"][i]),
             bool(state.flags["deleted"][i]),
             bool(state.flags["superseded"][i]),

@@ -367,3 +367,24 @@ def test_what_a_killed_save_left_never_costs_the_previous_snapshot(tmp_path: Pat
     again.save_snapshot()
     left = sorted(p.name for p in folder.iterdir() if "snapshot" in p.name and p.name != LOCK)
     assert left == sorted(["snapshot.json", _arrays(folder).name]), left
+
+
+@pytest.mark.parametrize("line", ['{"t1": 1}', '["t1"], ["t1"]', '["t1"', ""])
+def test_a_damaged_tag_line_costs_only_its_own_entrys_tags(tmp_path: Path, line: str) -> None:
+    data = tmp_path / "data"
+    s = SessionStore(data, TokenCounter(0.27), snapshot_after=None).open("s")[0]
+    ids = [s.append(f"note {i}", tags=["t1", f"n{i}"]).id for i in range(20)]
+    s.save_snapshot()
+    folder = data / "sessions" / "s"
+
+    def damaged(joined: np.ndarray) -> np.ndarray:
+        lines = bytes(joined).decode().split("\n")
+        lines[3] = line
+        return np.frombuffer("\n".join(lines).encode(), np.uint8)
+
+    _rewrite(folder, "tags", damaged)
+    again = opened(data)
+    assert again.from_snapshot == 20
+    found = [e.id for e in again.recall(None, 100_000, tags=["T1"]).entries]
+    assert sorted(found) == sorted(ids[:3] + ids[4:])
+    assert [e.id for e in again.recall(None, 100_000, tags=["n7"]).entries] == [ids[7]]
