@@ -38,6 +38,11 @@ def text_of(result: CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
+def fullwidth(ascii_text: str) -> str:
+    """The text in fullwidth forms, as East Asian input methods type Latin letters."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in ascii_text)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -168,12 +169,13 @@ class Scorer:
         self._key_word = re.compile(f"(?:{keys})[\\w$]*")  # a key and the rest of its word
         self.average = 0.0
 
-    def may_match(self, low: str) -> bool:
-        """Whether lowercased text holds a key (a query term may be there)."""
-        return self._key_word.search(low) is not None
+    def may_match(self, text: str) -> bool:
+        """Whether ``text`` holds a key (a query term may be there)."""
+        return self._key_word.search(unicodedata.normalize("NFKC", text).lower()) is not None
 
     def terms_of(self, text: str) -> dict[str, int]:
         """The query terms in ``text``, with their counts (as the index's analyzer finds them)."""
+        text = unicodedata.normalize("NFKC", text)  # the analyzer's form, where keys are found
         low = text.lower()
         if len(low) != len(text):  # lowercasing moved the offsets: read every word
             return self.count(_WORD.findall(text))
@@ -283,8 +285,7 @@ def candidate_passages(
     groups: list[Group] = []
     for hit in hits:
         text = hit.chunk.text
-        low = text.lower()
-        if not scorer.may_match(low):
+        if not scorer.may_match(text):
             groups.append(Group(hit, [], False))
             continue
         full = bool(_WRAPPED.search(text))

@@ -1,12 +1,15 @@
 """The analyzer: text to retrieval terms, on the index and the query alike.
 
-Lowercase words; identifiers whole and by their parts (``getUserName``: ``getusername
-get user name``); stop words dropped; alphabetic terms Snowball-stemmed (PyStemmer).
+Lowercase words in Unicode compatibility form (NFKC: "ﬁle" is "file", a decomposed
+"café" the composed one); identifiers whole and by their parts (``getUserName``:
+``getusername get user name``); stop words dropped; alphabetic terms Snowball-stemmed
+(PyStemmer).
 """
 
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -40,8 +43,9 @@ class QueryLimits:
     max_terms: int = MAX_QUERY_TERMS
 
 
-# Bumped whenever ``Analyzer`` changes its terms: state saved with older ones is rebuilt.
-ANALYZER_VERSION = 1
+# Bumped whenever ``Analyzer`` changes its terms: state saved with older ones is rebuilt
+# (bump ``documents.index.INDEX_VERSION`` too: 2, NFKC, came with index version 5).
+ANALYZER_VERSION = 2
 
 
 class Analyzer:
@@ -68,9 +72,10 @@ class Analyzer:
             return hit
         if len(self._memo) > self._memo_limit:
             self._memo.clear()
-        whole = raw.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
+        word = unicodedata.normalize("NFKC", raw)
+        whole = word.lower().strip("_")  # "blk_" of "blk_-42" is "blk", as in "blk_42"
         out: list[str] = []
-        parts = _PART.findall(raw)
+        parts = _PART.findall(word)
         split = len(parts) > 1 or bool(parts and parts[0].lower() != whole)
         if len(whole) >= 2 and whole not in STOP_WORDS:
             # Stemmed even as an identifier: "getusername" must find "getUserName".

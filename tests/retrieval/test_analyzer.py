@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from context_window.retrieval.analyzer import STOP_WORDS, Analyzer
+from tests.helpers import fullwidth
 
 # --- tokenizer ----------------------------------------------------------------------
 
@@ -33,6 +34,20 @@ from context_window.retrieval.analyzer import STOP_WORDS, Analyzer
 )
 def test_terms(text: str, expected: list[str]) -> None:
     assert Analyzer().terms(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("variant", "plain"),
+    [
+        ("conﬁguration ﬂags", "configuration flags"),  # ligatures, as PDF text has them
+        ("cafe\u0301 \u212bngstr\u00f6m", "caf\u00e9 \u00c5ngstr\u00f6m"),  # decomposed; a sign
+        (fullwidth("Fullwidth ID123"), "Fullwidth ID123"),
+        (fullwidth("GetUserName"), "GetUserName"),
+    ],
+)
+def test_compatibility_forms_give_the_plain_words_terms(variant: str, plain: str) -> None:
+    a = Analyzer()
+    assert a.terms(variant) == a.terms(plain) != []
 
 
 def test_terms_keep_repeats_and_counts_add_them_up() -> None:

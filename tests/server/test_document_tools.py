@@ -16,6 +16,7 @@ from context_window.documents.ranking import CANDIDATE_CHUNKS
 from context_window.server.app import build_server
 from context_window.service import Service
 from context_window.tokens import TokenCounter
+from tests.helpers import fullwidth
 
 DOCS = Path(__file__).parents[1] / "data" / "docs"
 DOC_TOOLS = {
@@ -192,6 +193,20 @@ async def test_search_with_a_budget_below_one_chunk_still_shows_the_best_hit(
         assert len(data["hits"]) == 1 and data["used_tokens"] <= 100
         assert text.startswith("1 hit, best first")
         assert "401: FATAL disk quota exceeded on node7" in text  # the line, numbered
+
+
+@pytest.mark.anyio
+async def test_search_finds_words_in_any_unicode_form(tmp_path: Path) -> None:
+    lines = log_lines(600)
+    lines[100] = "2024-05-02 10:40:00 WARN conﬁguration ﬁle for cafe\u0301 not found"  # PDF, macOS
+    lines[500] = "2024-05-06 10:20:00 INFO configuration file reloaded"
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\n".join(lines), doc_id="log")
+        for query in ("configuration file", "conﬁguration ﬁle", fullwidth("Configuration")):
+            text, _ = await ok(c, "doc_search", query=query, doc_id="log", budget_tokens=1000)
+            assert f"101: {lines[100]}" in text and f"501: {lines[500]}" in text, query
+        text, _ = await ok(c, "doc_search", query="caf\u00e9", doc_id="log")
+        assert f"101: {lines[100]}" in text
 
 
 def log_lines(n: int) -> list[str]:

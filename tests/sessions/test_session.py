@@ -243,6 +243,13 @@ def test_recall_stems_query_and_entries(session: Session) -> None:
     assert session.recall("attempted retrying", 4000).entries[0].id == ids[0]
 
 
+def test_recall_matches_words_in_any_unicode_form(store: SessionStore, session: Session) -> None:
+    ids = fill(session, ["The conﬁguration of the cafe\u0301 printer.", *TOPICS])
+    again = SessionStore(store.root.parent, TokenCounter(0.27)).get(session.id)  # replayed
+    for s in (session, again):
+        assert [e.id for e in s.recall("configuration caf\u00e9", 4000).entries] == [ids[0]]
+
+
 def test_recall_puts_pinned_first_even_when_irrelevant(session: Session) -> None:
     ids = fill(session, TOPICS)
     session.update(ids[3], pinned=True)  # the weather note
