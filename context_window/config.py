@@ -256,7 +256,8 @@ def _parse(kind: Any, raw: str, var: str) -> Any:
         if kind in (int, float):
             return kind(raw)
     except ValueError:
-        raise ConfigError(f"{var}={raw!r} is not a valid value") from None
+        wanted = {int: "a whole number", float: "a number"}.get(kind, "on or off (1/0, yes/no)")
+        raise ConfigError(f"{var}={raw!r:.80} is not {wanted}") from None
     return raw
 
 
@@ -334,9 +335,13 @@ def missing_roots(s: Settings) -> list[Path]:
 
 def _range_text(spec: Spec) -> str:
     """``between 1 and 10`` or ``at least 0``."""
-    if spec.hi is None:
-        return f"at least {spec.lo:g}"
-    return f"between {spec.lo:g} and {spec.hi:g}"
+    lo = _number(spec.lo or 0)
+    return f"at least {lo}" if spec.hi is None else f"between {lo} and {_number(spec.hi)}"
+
+
+def _number(x: float) -> str:
+    """``1,000,000`` or ``0.01``, as a person writes it (``:g`` gives ``1e+06``)."""
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 
 def _in_range(value: object, lo: float, hi: float | None) -> bool:
@@ -362,8 +367,7 @@ def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tupl
     size, per_char = _spec("chunk_tokens"), _spec("token_ratio")
     if not _is_int(tokens) or not _in_range(tokens, size.lo or 0, size.hi):
         raise InvalidInput(
-            f"chunk-tokens must be an integer between {size.lo:g} and {size.hi:g}, "
-            f"not {tokens!r:.40}"
+            f"chunk-tokens must be an integer {_range_text(size)}, not {tokens!r:.40}"
         )
     if not _is_int(overlap) or not 0 <= overlap < tokens:
         raise InvalidInput(
@@ -372,8 +376,7 @@ def check_chunk_settings(tokens: object, overlap: object, ratio: object) -> tupl
         )
     if not _in_range(ratio, per_char.lo or 0, per_char.hi):
         raise InvalidInput(
-            f"token-ratio must be a number between {per_char.lo:g} and {per_char.hi:g}, "
-            f"not {ratio!r:.40}"
+            f"token-ratio must be a number {_range_text(per_char)}, not {ratio!r:.40}"
         )
     assert isinstance(ratio, int | float)
     return tokens, overlap, float(ratio)
