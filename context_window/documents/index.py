@@ -45,7 +45,7 @@ from context_window.retrieval.termcount import (
 from context_window.storage import write_json_atomic
 
 # 2: stemmed terms, first lines; 3: texts read from source.txt by spans.npy; 4: numbers.npy;
-# 5: NFKC terms (analyzer version 2).
+# 5: NFKC terms and CJK letter pairs (analyzer version 2).
 INDEX_VERSION = 5
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict

@@ -2,8 +2,8 @@
 
 Lowercase words in Unicode compatibility form (NFKC: "ﬁle" is "file", a decomposed
 "café" the composed one); identifiers whole and by their parts (``getUserName``:
-``getusername get user name``); stop words dropped; alphabetic terms Snowball-stemmed
-(PyStemmer).
+``getusername get user name``); runs of Han, kana or Hangul also by each pair of
+letters; stop words dropped; alphabetic terms Snowball-stemmed (PyStemmer).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import Stemmer
 from context_window.errors import InvalidInput
 
 _WORD = regex.compile(r"[\w$]+")
+# Han, kana and Hangul write words without spaces between them: each pair of letters
+# in such a run is a term too, as Lucene's CJK bigrams make them ("数据" in "数据库连接").
+_CJK_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{3,}")
 # Unicode-wide case classes keep "naïve" or "Straße" whole; caseless runs (CJK) stay together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
 # Function words only: "out" of memory, link "down", power "off" carry meaning and stay.
@@ -44,7 +47,7 @@ class QueryLimits:
 
 
 # Bumped whenever ``Analyzer`` changes its terms: state saved with older ones is rebuilt
-# (bump ``documents.index.INDEX_VERSION`` too: 2, NFKC, came with index version 5).
+# (bump ``documents.index.INDEX_VERSION`` too: 2, NFKC and CJK pairs, came with index 5).
 ANALYZER_VERSION = 2
 
 
@@ -87,7 +90,9 @@ class Analyzer:
                     stem = self._stem(low)
                     if stem not in out:
                         out.append(stem)
-        result = tuple(out)
+        for run in _CJK_RUN.findall(word):
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        result = tuple(dict.fromkeys(out))
         self._memo[raw] = result
         return result
 

@@ -28,7 +28,9 @@ from tests.helpers import fullwidth
         ("$scope", ["$scope", "scope"]),
         ("Straße naïve", ["straße", "naïv"]),
         ("ÉcoleNormale", ["écolenormal", "école", "normal"]),
-        ("日本語テキスト", ["日本語テキスト"]),
+        ("日本語テキスト", ["日本語テキスト", "日本", "本語", "語テ", "テキ", "キス", "スト"]),
+        ("数据库、数据", ["数据库", "数据", "据库", "数据"]),  # a pair only from 3 letters on
+        ("Python入门", ["python入门", "python", "入门"]),
         ("", []),
     ],
 )

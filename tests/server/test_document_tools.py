@@ -209,6 +209,18 @@ async def test_search_finds_words_in_any_unicode_form(tmp_path: Path) -> None:
         assert f"101: {lines[100]}" in text
 
 
+@pytest.mark.anyio
+async def test_search_finds_a_word_inside_a_run_of_chinese_or_japanese(tmp_path: Path) -> None:
+    lines = log_lines(600)
+    lines[100] = "2024-05-02 10:40:00 WARN 数据库连接超时、已经重试三次"  # no space between words
+    lines[300] = "2024-05-04 10:00:00 ERROR 設定ファイルが見つかりません"
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\n".join(lines), doc_id="log")
+        for query, line in (("数据库", 101), ("连接超时", 101), ("設定ファイル", 301)):
+            text, _ = await ok(c, "doc_search", query=query, doc_id="log")
+            assert text.startswith("1 hit, best first") and f"{line}: {lines[line - 1]}" in text
+
+
 def log_lines(n: int) -> list[str]:
     """A log where every fifth line is a timeout of the same shape, the rest noise."""
     out = []

@@ -250,6 +250,12 @@ def test_recall_matches_words_in_any_unicode_form(store: SessionStore, session: 
         assert [e.id for e in s.recall("configuration caf\u00e9", 4000).entries] == [ids[0]]
 
 
+def test_recall_finds_a_word_inside_a_run_of_chinese(session: Session) -> None:
+    ids = fill(session, ["服务器在凌晨三点重启了。", "数据库连接超时、已经重试三次。", *TOPICS])
+    assert [e.id for e in session.recall("数据库超时", 4000).entries] == [ids[1]]
+    assert [e.id for e in session.recall("重启", 4000).entries] == [ids[0]]
+
+
 def test_recall_puts_pinned_first_even_when_irrelevant(session: Session) -> None:
     ids = fill(session, TOPICS)
     session.update(ids[3], pinned=True)  # the weather note
