@@ -17,7 +17,7 @@ from context_window.errors import InvalidInput, UpstreamError
 from context_window.llm.client import LLMClient
 from context_window.models import Summary
 from context_window.packing import pack
-from context_window.retrieval.analyzer import STOP_WORDS
+from context_window.retrieval.analyzer import STOP_WORDS, letter_pairs
 from context_window.tokens import TokenCounter, truncate
 
 SINGLE_CALL_TOKENS = 6000  # inputs up to this size go to the model in one call
@@ -31,7 +31,7 @@ def _words(spaced: str) -> frozenset[str]:
     return frozenset(spaced.split())
 
 
-_TERM = regex.compile(r"[a-z0-9_$]+")
+_TERM = regex.compile(r"[\w$]+")
 _STOP = STOP_WORDS  # the index's list: what retrieval ignores, the summary ignores too
 # Abbreviations after which a period never ends a sentence ("etc." ends one before a capital).
 _ABBREV = _words(
@@ -39,7 +39,10 @@ _ABBREV = _words(
     "lt sgt rev jan feb mar apr jun jul aug sep sept oct nov dec"
 )
 _NUMERIC_ABBREV = _words("no nos fig figs p pp vol vols eq eqs sec ch ver v")
-_END = regex.compile(r"[.!?\u2026]+['\"\u2019\u201d)\]]*(?=\s)")
+# Chinese and Japanese end a sentence with a wide full stop, ! or ? and no space after it.
+_END = regex.compile(
+    r"[.!?\u2026]+['\"\u2019\u201d)\]]*(?=\s)|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09]*"
+)
 _LIST_ITEM = regex.compile(r"^\s*(?:[-*+•]\s|\d{1,3}[.)]\s|#{1,6}\s|>|\||```|~~~)")
 _HEADING = regex.compile(r"^\s*#{1,6}\s")
 _FENCE = regex.compile(r"^\s*(?:```|~~~)")
@@ -214,8 +217,9 @@ def _prompt_merge(text: str, kind: str, target: int) -> list[dict[str, str]]:
 
 
 def _terms(sentence: str) -> list[str]:
-    """Lowercase words of two or more characters, stop words removed."""
-    return [t for t in _TERM.findall(sentence.lower()) if len(t) >= 2 and t not in _STOP]
+    """Lowercase words of two or more characters, stop words removed; CJK letter pairs."""
+    words = [t for t in _TERM.findall(sentence.lower()) if len(t) >= 2 and t not in _STOP]
+    return words + [pair for w in words for pair in letter_pairs(w)]
 
 
 def _tfisf(terms: list[frozenset[str]]) -> list[float]:

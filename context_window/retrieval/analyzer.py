@@ -51,6 +51,11 @@ class QueryLimits:
 ANALYZER_VERSION = 2
 
 
+def letter_pairs(word: str) -> list[str]:
+    """Each pair of neighbouring letters in the word's runs of 3+ Han, kana or Hangul."""
+    return [run[i : i + 2] for run in _CJK_RUN.findall(word) for i in range(len(run) - 1)]
+
+
 class Analyzer:
     """Turns text into index terms; memoizes identifier splitting per raw word."""
 
@@ -90,9 +95,7 @@ class Analyzer:
                     stem = self._stem(low)
                     if stem not in out:
                         out.append(stem)
-        for run in _CJK_RUN.findall(word):
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
-        result = tuple(dict.fromkeys(out))
+        result = tuple(dict.fromkeys(out + letter_pairs(word)))
         self._memo[raw] = result
         return result
 

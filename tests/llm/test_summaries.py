@@ -82,6 +82,8 @@ def long_text(paragraphs: int) -> str:
         ("Edit config.yaml first. Then run.", ["Edit config.yaml first.", "Then run."]),
         ('He said "stop." Then left.', ['He said "stop."', "Then left."]),
         ("Wait... What happened?", ["Wait...", "What happened?"]),
+        ("服务器重启了。数据库超时！怎么办？", ["服务器重启了。", "数据库超时！", "怎么办？"]),  # noqa: RUF001
+        ("「設定が違う。」と言った。", ["「設定が違う。」", "と言った。"]),
         ("No trailing punctuation", ["No trailing punctuation"]),
         ("", []),
         ("   \n\n  ", []),
@@ -124,6 +126,23 @@ def test_split_newlines_and_bullets() -> None:
 
 
 # --- extractive -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "服务器在凌晨三点重启了。数据库连接超时了。明天再检查数据库连接日志？天气很好。",  # noqa: RUF001
+        "Сервер перезагрузился ночью. База данных не отвечала. Проверим журналы базы данных "
+        "и таймаут базы данных завтра. Погода хорошая.",
+    ],
+)
+def test_extractive_summarizes_text_in_any_script(counter: TokenCounter, text: str) -> None:
+    sentences = split_sentences(text)
+    assert len(sentences) == 4
+    for target in (10, 20, 40):  # whole sentences by their words' weight (none were weighed)
+        result = extractive(text, target, counter)
+        assert result and counter.count(result) <= target
+        assert set(split_sentences(result)) <= set(sentences)
 
 
 @pytest.mark.parametrize("target", [1, 5, 20, 40, 60, 100, 500])

@@ -221,6 +221,16 @@ async def test_search_finds_a_word_inside_a_run_of_chinese_or_japanese(tmp_path:
             assert text.startswith("1 hit, best first") and f"{line}: {lines[line - 1]}" in text
 
 
+@pytest.mark.anyio
+async def test_an_extractive_summary_of_russian_text_is_not_empty(tmp_path: Path) -> None:
+    said = ["Сервер перезагрузился ночью.", "База данных не отвечала.", "Погода хорошая."]
+    async with serve(tmp_path) as c:
+        await ok(c, "doc_ingest", text="# Журнал\n\n" + " ".join(said * 20), doc_id="ru")
+        text, data = await ok(c, "doc_summarize", doc_id="ru", target_tokens=60)
+    assert data["method"] == "extractive" and 0 < data["tokens"] <= 60
+    assert any(sentence in text.split("\n", 2)[2] for sentence in said)
+
+
 def log_lines(n: int) -> list[str]:
     """A log where every fifth line is a timeout of the same shape, the rest noise."""
     out = []
