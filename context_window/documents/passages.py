@@ -29,7 +29,11 @@ _NON_WORD_BYTES = bytes(
     c if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_$") else 0x20 for c in range(256)
 )
 _WORD_RUN = re.compile(r"[\w$]*")  # the rest of a raw word, from a position
-_SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)")
+# A sentence with the space after it: up to . ! or ? and a space, or a wide full stop,
+# ! or ? (and a closing bracket), which Chinese and Japanese follow with no space.
+_SENTENCE = regex.compile(
+    r".+?(?:(?<=[.!?])\s+(?=\S)|[\u3002\uff01\uff1f]+[\u300d\u300f\uff09]*\s*|$)", regex.DOTALL
+)
 
 
 @dataclass
@@ -100,15 +104,14 @@ def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Pa
         return [Passage(number, number, line)]
     out: list[Passage] = []
     run = ""
-    for sentence in _SENTENCE_END.split(line):
-        joined = f"{run} {sentence}" if run else sentence
-        if run and count(joined) > max_tokens:
-            out.append(Passage(number, number, run))
+    for sentence in _SENTENCE.findall(line):
+        if run and count((run + sentence).rstrip()) > max_tokens:
+            out.append(Passage(number, number, run.rstrip()))
             run = sentence
         else:
-            run = joined
+            run += sentence
     if run:
-        out.append(Passage(number, number, run))
+        out.append(Passage(number, number, run.rstrip()))
     return out
 
 

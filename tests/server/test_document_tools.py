@@ -219,6 +219,12 @@ async def test_search_finds_a_word_inside_a_run_of_chinese_or_japanese(tmp_path:
         for query, line in (("数据库", 101), ("连接超时", 101), ("設定ファイル", 301)):
             text, _ = await ok(c, "doc_search", query=query, doc_id="log")
             assert text.startswith("1 hit, best first") and f"{line}: {lines[line - 1]}" in text
+        # A long paragraph on one line: the sentence that matches is shown, found by its 。
+        said = [f"第{i}句话没有什么特别的内容。" for i in range(60)]
+        said[45] = "数据库连接超时已经重试三次。"
+        await ok(c, "doc_ingest", text="# 运维\n\n" + "".join(said), doc_id="zh")
+        text, _ = await ok(c, "doc_search", query="连接超时", doc_id="zh", budget_tokens=200)
+        assert f"{said[44]}{said[45]}{said[46]}" in text  # as written: no space put between
 
 
 @pytest.mark.anyio
