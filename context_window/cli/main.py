@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import io
 import logging
 import os
 import signal
@@ -258,6 +259,10 @@ def main(argv: Sequence[str] | None = None, server: ServerEdge | None = None) ->
         # Ctrl-C stops a command as usual (status 130), not as a starting server does.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if command.name != "serve" and isinstance(sys.stdout, io.TextIOWrapper):
+        # UTF-8 whatever the locale, as exports are: Windows gives a redirected stdout its
+        # ANSI code page (cp1252), which cannot write most of the world's text.
+        sys.stdout.reconfigure(encoding="utf-8")
     try:
         settings = load_settings(settings_flags(ns))
         if command.creates_data_dir:

@@ -251,3 +251,13 @@ def test_doctor_says_which_word_scan_runs(tmp_path: Path) -> None:
     if importlib.util.find_spec("numba") is not None:  # the fast extra, as CI installs it
         fast = run("doctor", "--data-dir", str(tmp_path / "d"), timeout=120)
         assert "word scan of large ingests: compiled (numba" in fast.stdout
+
+
+def test_output_is_utf8_whatever_encoding_the_locale_gives_stdout(tmp_path: Path) -> None:
+    data, source = tmp_path / "data", tmp_path / "ops.md"
+    source.write_text("# 运维\n\n数据库连接超时 → retry 🚀\n", encoding="utf-8")
+    assert run_cli("ingest", str(source), "--doc-id", "ops", data=data).returncode == 0
+    for args in (("window", "ops"), ("search", "数据库"), ("export", "doc", "ops")):
+        # cp1252: what Windows gives a redirected stdout (`context-window export … > file`)
+        done = run_cli(*args, data=data, env={"PYTHONIOENCODING": "cp1252"}, encoding="utf-8")
+        assert done.returncode == 0 and "数据库连接超时 → retry 🚀" in done.stdout, done.stderr
