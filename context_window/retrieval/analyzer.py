@@ -53,6 +53,8 @@ ANALYZER_VERSION = 2
 
 def letter_pairs(word: str) -> list[str]:
     """Each pair of neighbouring letters in the word's runs of 3+ Han, kana or Hangul."""
+    if word.isascii():
+        return []
     return [run[i : i + 2] for run in _CJK_RUN.findall(word) for i in range(len(run) - 1)]
 
 
@@ -95,7 +97,8 @@ class Analyzer:
                     stem = self._stem(low)
                     if stem not in out:
                         out.append(stem)
-        result = tuple(dict.fromkeys(out + letter_pairs(word)))
+        pairs = letter_pairs(word)
+        result = tuple(dict.fromkeys(out + pairs) if pairs else out)
         self._memo[raw] = result
         return result
 
