@@ -132,18 +132,19 @@ class ByPosition:
             parsed = None
         if parsed is None or len(parsed) != len(self.lines):
             return zip(self.at.tolist(), map(_tags, self.lines), strict=True)
-        return zip(self.at.tolist(), map(_listed, parsed), strict=True)
+        return zip(self.at.tolist(), map(_strings, parsed), strict=True)
 
 
 def _tags(line: str) -> tuple[str, ...]:
     try:
-        return _listed(json.loads(line))
+        return _strings(json.loads(line))
     except ValueError:
         return ()
 
 
-def _listed(tags: Any) -> tuple[str, ...]:
-    return tuple(map(str, tags)) if isinstance(tags, list) else ()
+def _strings(value: Any) -> tuple[str, ...]:
+    """A JSON list's items as strings (a record's tags or replaces); () for anything else."""
+    return tuple(map(str, value)) if isinstance(value, list) else ()
 
 
 @dataclass(frozen=True)
@@ -448,10 +449,7 @@ class SessionState:
         eid, text = str(rec["id"]), str(rec["text"])
         seq = rec.get("seq")
         seq = seq if isinstance(seq, int) else self.max_seq + 1
-        raw_tags = rec.get("tags")
-        raw_replaces = rec.get("replaces")
-        tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
-        replaces = tuple(str(r) for r in raw_replaces) if isinstance(raw_replaces, list) else ()
+        tags, replaces = _strings(rec.get("tags")), _strings(rec.get("replaces"))
         # A hand-edited time must not make the session unreadable: it reads as unknown.
         stamp = time_or_none(rec.get("created_at"))
         expires = time_or_none(rec.get("expires_at"))
