@@ -15,6 +15,7 @@ from functools import cached_property
 import regex
 
 from context_window.models import Chunk, Count, Hit
+from context_window.retrieval.analyzer import WIDE_SENTENCE_END
 from context_window.retrieval.bm25 import K1, NEIGHBOUR_WEIGHT, B
 
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
@@ -29,11 +30,8 @@ _NON_WORD_BYTES = bytes(
     c if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_$") else 0x20 for c in range(256)
 )
 _WORD_RUN = re.compile(r"[\w$]*")  # the rest of a raw word, from a position
-# A sentence with the space after it: up to . ! or ? and a space, or a wide full stop,
-# ! or ? (and a closing bracket), which Chinese and Japanese follow with no space.
-_SENTENCE = regex.compile(
-    r".+?(?:(?<=[.!?])\s+(?=\S)|[\u3002\uff01\uff1f]+[\u300d\u300f\uff09]*\s*|$)", regex.DOTALL
-)
+# A sentence with the space after it: up to . ! or ? and a space, or a wide end (CJK).
+_SENTENCE = regex.compile(rf".+?(?:(?<=[.!?])\s+(?=\S)|{WIDE_SENTENCE_END}\s*|$)", regex.DOTALL)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from context_window.errors import InvalidInput, UpstreamError
 from context_window.llm.client import LLMClient
 from context_window.models import Summary
 from context_window.packing import pack
-from context_window.retrieval.analyzer import STOP_WORDS, letter_pairs
+from context_window.retrieval.analyzer import STOP_WORDS, WIDE_SENTENCE_END, letter_pairs
 from context_window.tokens import TokenCounter, truncate
 
 SINGLE_CALL_TOKENS = 6000  # inputs up to this size go to the model in one call
@@ -39,10 +39,7 @@ _ABBREV = _words(
     "lt sgt rev jan feb mar apr jun jul aug sep sept oct nov dec"
 )
 _NUMERIC_ABBREV = _words("no nos fig figs p pp vol vols eq eqs sec ch ver v")
-# Chinese and Japanese end a sentence with a wide full stop, ! or ? and no space after it.
-_END = regex.compile(
-    r"[.!?\u2026]+['\"\u2019\u201d)\]]*(?=\s)|[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09]*"
-)
+_END = regex.compile(r"[.!?\u2026]+['\"\u2019\u201d)\]]*(?=\s)|" + WIDE_SENTENCE_END)
 _LIST_ITEM = regex.compile(r"^\s*(?:[-*+•]\s|\d{1,3}[.)]\s|#{1,6}\s|>|\||```|~~~)")
 _HEADING = regex.compile(r"^\s*#{1,6}\s")
 _FENCE = regex.compile(r"^\s*(?:```|~~~)")

@@ -22,6 +22,9 @@ _WORD = regex.compile(r"[\w$]+")
 # Han, kana and Hangul write words without spaces between them: each pair of letters
 # in such a run is a term too, as Lucene's CJK bigrams make them ("数据" in "数据库连接").
 _CJK_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{3,}")
+# Nor a space after a sentence: it ends at a wide full stop, ! or ?, and a closing bracket
+# or quote (a pattern for the sentence splitters of passages and summaries).
+WIDE_SENTENCE_END = r"[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09]*"
 # Unicode-wide case classes keep "naïve" or "Straße" whole; caseless runs (CJK) stay together.
 _PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\d+|[^\W\d_\p{Lu}\p{Ll}]+")
 # Function words only: "out" of memory, link "down", power "off" carry meaning and stay.
