@@ -29,6 +29,7 @@ _KIND = re.compile(
 )
 _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
 _NONSPACE = re.compile(r"\S")
+BOM = "\ufeff"  # a byte order mark, as Windows tools write UTF-8: it opens no line
 
 _BLOCK, _LINES, _PART = 0, 1, 2
 
@@ -86,10 +87,10 @@ def _blocks(text: str) -> Iterator[tuple[int, int, bool, str]]:
     trail: list[tuple[int, str]] = []
     trail_text = ""
     para = -1  # start of the paragraph being gathered, if any
-    pos = 0  # always the start of a line
+    first = pos = int(text.startswith(BOM))  # always the start of a line; a BOM is no text
     while pos < n:
-        if pos == 0 and _KIND.match(text, 0):
-            ls = 0
+        if pos == first and _KIND.match(text, first):
+            ls = first
         else:
             mark = _MARK.search(text, max(pos - 1, 0))
             ls = mark.end() if mark else n

@@ -25,6 +25,9 @@ TEXTS = {
     "four spaces is code": "a\n    # not a heading\n",
     "blank": " \n\t\r\n  ",
     "emoji": "😀 " * 100,
+    "heading after a byte order mark": "\ufeff# Title\n\nbody text\n",
+    "a byte order mark and blanks": "\ufeff \r\n\n",
+    "a byte order mark in a blank text": " \ufeff\n",
 }
 
 
@@ -43,7 +46,12 @@ def test_copy_source_finds_what_a_whole_read_finds(tmp_path: Path, name: str, si
     assert got.sha256 == hashlib.sha256(data).hexdigest()
     assert (got.bytes, got.chars) == (len(data), len(text))
     assert got.structured == _has_structure(text), name
-    assert got.blank == (not text.strip())
+    assert got.blank == (not text.removeprefix("\ufeff").strip())
+
+
+def test_a_byte_order_mark_hides_no_heading_and_is_no_text() -> None:
+    assert _has_structure("\ufeff# Title\n") and _has_structure("\ufeff```\ncode\n```\n")
+    assert TEXTS["a byte order mark and blanks"].strip()  # not blank to str.strip
 
 
 @pytest.mark.parametrize("size", [1, 3, 4096])
@@ -69,8 +77,9 @@ def test_copy_source_names_the_first_bad_byte_as_a_whole_read_does(
     assert bad_w.startswith(bad_s.split(")")[0])
 
 
-def test_a_file_ingest_equals_an_inline_one(tmp_path: Path) -> None:
-    text = "".join(f"{i:04d} naïve café 東京 line\r\n" for i in range(4000))
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_a_file_ingest_equals_an_inline_one(tmp_path: Path, bom: str) -> None:
+    text = bom + "".join(f"{i:04d} naïve café 東京 line\r\n" for i in range(4000))
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "log.txt").write_bytes(text.encode())
     store = DocumentStore(
@@ -86,6 +95,7 @@ def test_a_file_ingest_equals_an_inline_one(tmp_path: Path) -> None:
         (c.start, c.end, c.text, c.line) for c in b
     ]
     assert all(c.text == text[c.start : c.end] for c in a)  # "\r\n" kept: offsets hold
+    assert a[0].text.startswith("0000 naïve") and a[0].start == len(bom)  # a BOM is no text
     again = store.ingest(file_path="log.txt")  # the same content: reused, nothing left
     assert again.reused and again.duplicate_of in {"f", "t"}
     assert not [p.name for p in store.root.iterdir() if p.name.startswith(".")]

@@ -30,7 +30,7 @@ def read(name: str) -> str:
 
 def assert_valid(text: str, chunks: list[Chunk], target: int, ratio: float = 0.27) -> None:
     """The contract every chunking must keep."""
-    covered = 0
+    covered = int(text.startswith("\ufeff"))  # a byte order mark is no text
     previous_start = 0
     for i, chunk in enumerate(chunks):
         assert chunk.index == i
@@ -358,6 +358,18 @@ def test_crlf_golden_markdown_reads_the_same() -> None:
     assert [c.heading for c in chunks] == [c.heading for c in expected]
 
 
+def test_a_byte_order_mark_hides_no_heading() -> None:
+    # Windows tools (PowerShell's Out-File -Encoding utf8, Visual Studio) start UTF-8 with one.
+    lf = "".join(section(t, 30) for t in ("# A", "## B", "### C", "## D"))
+    for text in ("\ufeff" + lf, "\ufeff" + lf.replace("\n", "\r\n")):
+        chunks = chunk_text(text, 60, 10)
+        assert_valid(text, chunks, 60)
+        assert [c.heading for c in chunks] == ["A", "A > B", "A > B > C", "A > D"]
+        assert chunks[0].start == 1 and not any("\ufeff" in c.text for c in chunks)
+    assert chunk_text("\ufeff \n\n") == []
+    assert [c.text for c in chunk_text("\ufeffplain text")] == ["plain text"]
+
+
 def test_unicode_whitespace_lines_are_blank() -> None:
     text = "\u3000\r\n漢字\n\xa0\u2028\n\nword " * 30 + "\n\u3000\n"
     for target in (2, 3, 20, 800):
@@ -391,6 +403,7 @@ PIECES = [
     "\u3000\n",
     "\xa0\x85",
     "\u2028",
+    "\ufeff",
 ]
 
 

@@ -181,6 +181,27 @@ async def test_ingest_reports_progress(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_file_that_starts_with_a_byte_order_mark_keeps_its_first_heading(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    run, port = "Run the installer first. " * 8, "Set the port it listens on. " * 8
+    guide = f"# Install guide\r\n\r\n{run}\r\n\r\n## Configure\r\n\r\n{port}\r\n"
+    (root / "guide.md").write_text(guide, encoding="utf-8-sig", newline="")  # as Windows writes
+    (root / "blank.md").write_bytes(b"\xef\xbb\xbf\r\n")
+    async with serve(tmp_path, ingest_roots=[root], chunk_tokens=40, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", file_path="guide.md", doc_id="guide")
+        _, data = await ok(c, "doc_outline", doc_id="guide")
+        headings = list(dict.fromkeys(e["heading"] for e in data["outline"]))
+        assert headings == ["Install guide", "Install guide > Configure"]
+        _, data = await ok(c, "doc_search", query="installer", doc_id="guide")
+        assert data["hits"][0]["heading"] == "Install guide"
+        empty = await c.call_tool("doc_ingest", {"file_path": "blank.md"})
+        assert empty.is_error and "is empty: nothing to ingest" in text_of(empty)
+
+
+@pytest.mark.anyio
 async def test_search_with_a_budget_below_one_chunk_still_shows_the_best_hit(
     tmp_path: Path,
 ) -> None:
