@@ -1,6 +1,6 @@
 """Fitting into a token budget, in one place: ``pack`` (ranked items, skipping what does
 not fit), ``leading``, ``fit_lines``, ``header_reserve``/``settle`` (an answer's own
-header), ``fit_chunks`` and ``fit_data`` (JSON)."""
+header), ``fit_chunks``, ``fit_data`` (JSON) and ``excerpt`` (the lines of a text)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,32 @@ def fit_lines(
     if count("\n".join([*out, note])) <= budget:
         out.append(note)
     return "\n".join(out)
+
+
+CUT = "…"  # a line standing for the lines an excerpt leaves out
+
+
+def excerpt(lines: Sequence[str], best: int, budget: int, counter: TokenCounter) -> str:
+    """The run of ``lines`` around ``lines[best]`` that fits ``budget``, grown on its
+    shorter side first, with a ``CUT`` line for each side left out; the best line alone is
+    cut at its end when it does not fit ('' when not even a word does). Lines are costed
+    one by one, each with its newline: the sum bounds the whole (estimates add up)."""
+    cost = [counter.count(line + "\n") for line in lines]
+    room = budget - 2 * counter.count(CUT + "\n")
+    a, b = best, best + 1
+    shown = [counter.truncate(lines[best], max(room - 1, 0))] if cost[best] > room else None
+    if shown == [""]:
+        return ""
+    room -= cost[best]
+    while shown is None:
+        after = [b] * (b < len(lines) and cost[b] <= room)
+        before = [a - 1] * (a > 0 and cost[a - 1] <= room)
+        grow = after + before if b - 1 - best <= best - a else before + after
+        if not grow:
+            break
+        room -= cost[grow[0]]
+        a, b = min(a, grow[0]), max(b, grow[0] + 1)
+    return "\n".join([*[CUT][: a > 0], *(shown or lines[a:b]), *[CUT][: b < len(lines)]])
 
 
 def header_reserve(widest: Callable[[bool], str], budget: int, count: Count) -> tuple[int, bool]:

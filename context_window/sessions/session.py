@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,7 @@ from context_window.models import (
     Recall,
     SessionStats,
 )
-from context_window.packing import pack
+from context_window.packing import excerpt, pack
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.retrieval.bm25 import best_first, smooth_neighbours
 from context_window.sessions import snapshot
@@ -453,6 +454,11 @@ class Session:
                 dated = True  # labels say the day when the entries shown are from several
             else:
                 break
+        top = len(pinned) if len(ranked) > len(pinned) else 0  # the best match
+        if len(ranked) and all(k < top for k in packed.items):  # it is over the room left
+            chosen, packed, labels = self._excerpt(
+                ranked[top], top, terms, (chosen, packed, labels), label, now, dated
+            )
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
         beyond, queried = candidates - len(ranked), bool(query and query.strip())
@@ -490,6 +496,38 @@ class Session:
         labels = {built[k][0].id: built[k][1] for k in packed.items}
         used, omitted = packed.used_tokens + reserve, len(ranked) - len(packed.items)
         return chosen, replace(packed, used_tokens=used, budget=budget, omitted=omitted), labels
+
+    def _excerpt(
+        self,
+        position: np.intp,
+        k: int,
+        terms: Sequence[str],
+        packing: tuple[dict[int, Entry], Packed, dict[str, str]],
+        label: Callable[[Entry, bool], str] | None,
+        now: float,
+        dated: bool,
+    ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
+        """``packing`` (``_pack``'s) with the ``k``-th ranked entry, at ``position``, cut to
+        the lines around the one that best matches ``terms`` (lines as BM25 documents;
+        the first without terms) in the room left; unchanged if not a word fits."""
+        chosen, packed, labels = packing
+        entry = self._entry(int(position), now)
+        head = label(entry, dated) if label is not None else ""
+        lines = entry.text.split("\n")
+        found = [set(terms).intersection(self._analyzer.terms(line)) for line in lines]
+        df = Counter(t for words in found for t in words)
+        idf = {t: math.log(1 + (len(lines) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
+        best = max(range(len(lines)), key=lambda i: (sum(idf[t] for t in found[i]), -i))
+        cost = self.counter.count(head) + 1  # as ``_pack`` measures
+        text = excerpt(lines, best, packed.budget - packed.used_tokens - cost, self.counter)
+        if not text:
+            return packing
+        used = packed.used_tokens + cost + self.counter.count(text)
+        packed = replace(
+            packed, items=(*packed.items, k), used_tokens=used, omitted=packed.omitted - 1
+        )
+        chosen = {**chosen, int(position): replace(entry, text=text)}  # after the pinned
+        return chosen, packed, {**labels, entry.id: head}
 
     def lacking(
         self, rows: Callable[[list[str]], Rows], limit: int, among: Rows | None = None

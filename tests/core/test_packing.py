@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_window.models import Packed
-from context_window.packing import fit_data, fit_lines, leading, pack
+from context_window.packing import CUT, excerpt, fit_data, fit_lines, leading, pack
 from context_window.tokens import TokenCounter
 
 
@@ -237,3 +237,41 @@ def test_a_pack_of_the_listed_items_is_the_whole_lists_or_says_it_is_not(
         assert part.items == whole.items and part.used_tokens == whole.used_tokens
     else:
         assert set(part.items) <= set(whole.items)
+
+
+@given(
+    lines=st.lists(st.text(st.characters(exclude_characters="\n"), max_size=80), min_size=1),
+    where=st.floats(0, 1),
+    budget=st.integers(0, 400),
+)
+def test_an_excerpt_is_a_run_around_the_best_line_within_the_budget(
+    lines: list[str], where: float, budget: int
+) -> None:
+    counter = TokenCounter(0.27)
+    best = min(int(where * len(lines)), len(lines) - 1)
+    text = excerpt(lines, best, budget, counter)
+    assert counter.count(text) <= budget
+    if not text:  # the best line is empty, or not a word of it fits
+        room = budget - 2 * counter.count(CUT + "\n")
+        assert not lines[best] or not counter.truncate(lines[best], max(room - 1, 0))
+        return
+    shown = text.split("\n")
+    head, tail = shown[0] == CUT and best > 0, shown[-1] == CUT and best < len(lines) - 1
+    run = shown[head : len(shown) - tail]
+    starts = [i for i in range(len(lines)) if lines[i : i + len(run)] == run]
+    if starts:  # whole lines, around the best; a mark exactly where lines are left out
+        assert any(s <= best < s + len(run) and (s > 0) == head for s in starts)
+    else:  # the best line alone, cut at its end
+        assert len(run) == 1 and run[0].endswith(" …") and lines[best].startswith(run[0][:-2])
+
+
+def test_an_excerpt_grows_on_its_shorter_side_first() -> None:
+    lines = [f"line {i:03d} of the trace" for i in range(200)]
+    counter = TokenCounter(0.27)
+    shown = excerpt(lines, 120, 60, counter).split("\n")
+    assert shown[0] == shown[-1] == CUT
+    numbers = [int(line.split()[1]) for line in shown[1:-1]]
+    assert numbers == list(range(numbers[0], numbers[-1] + 1))
+    assert (numbers[-1] - 120) - (120 - numbers[0]) in (0, 1)  # balanced, the later first
+    assert excerpt(lines, 0, 60, counter).split("\n")[0] == "line 000 of the trace"
+    assert excerpt(lines, 5, 10_000, counter) == "\n".join(lines)  # all fit: no mark

@@ -183,6 +183,38 @@ async def test_recall_answer_fits_its_budget_whole(settings: SettingsFactory, bu
             assert TokenCounter(0.27).count(text) <= data["used_tokens"] <= budget
 
 
+@pytest.mark.parametrize("budget", [64, 300, 2000])
+async def test_an_entry_over_the_budget_is_shown_by_its_best_lines(
+    settings: SettingsFactory, budget: int
+) -> None:
+    trace = "\n".join(f"  at app.Module{i}.run(Module{i}.java:{i})" for i in range(3000))
+    count = TokenCounter(0.27).count
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        await ok(c, "context_append", session_id="s", text="Stack trace of the crash:\n" + trace)
+        await ok(c, "context_append", session_id="s", text="A short note on the build", pinned=True)
+        for query in ("Module1234 crash", None):
+            args = {"session_id": "s", "budget_tokens": budget, "query": query}
+            text, data = await ok(c, "context_recall", **{k: v for k, v in args.items() if v})
+            assert count(text) <= data["used_tokens"] <= budget
+            assert "Nothing matched" not in text
+            assert text.index("\n[e2 (pinned)]\n") < text.index("\n[e1]\n")  # pinned first
+            lines = text.split("\n[e1]\n")[1].split("\n")  # structured content may drop it
+            assert lines[-1] == "…" and len(lines) >= 2, text  # cut, and says so
+            if query:  # the matching line, among its neighbours
+                assert lines[0] == "…" and "  at app.Module1234.run(Module1234.java:1234)" in lines
+                assert "\n".join(lines[1:-1]) in trace
+            else:  # the newest first: from its start
+                assert lines[0] == "Stack trace of the crash:"
+        _, data = await ok(c, "context_update", session_id="s", entry_id="e2", pinned=False)
+        text, data = await ok(
+            c, "context_recall", session_id="s", query="Module1234", budget_tokens=64
+        )
+        assert [e["ref"] for e in data["entries"]] == ["e1"]
+        assert text.startswith("1 of 1 entry") and count(text) <= 64
+        assert "\n[e1]\n…\n  at app.Module1234.run(Module1234.java:1234)\n" in text
+
+
 async def test_recall_of_a_query_without_searchable_words_is_not_an_error(
     settings: SettingsFactory,
 ) -> None:
