@@ -8,9 +8,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, get_args
 
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
 
@@ -123,6 +124,22 @@ def unset_blanks(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str,
         for k, v in arguments.items()
         if k in required or not (isinstance(v, str) and not v.strip())
     }
+
+
+class VerbatimStrings(FuncMetadata):
+    """A tool's arguments, where a string sent for a parameter that takes one stays as sent.
+    The SDK reads a string as JSON for any parameter not typed plain ``str`` (a list sent
+    as text, as Claude Desktop does), so ``doc_ingest(text='[{"id": 1}]')`` got a list."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` as the SDK pre-parses it, but with every string kept that may be one."""
+        fields = self.arg_model.model_fields
+        parsed = super().pre_parse_json(data)
+        for key, value in data.items():
+            field = fields.get(key)
+            if isinstance(value, str) and field is not None and str in get_args(field.annotation):
+                parsed[key] = value
+        return parsed
 
 
 def ignored_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> str:

@@ -154,6 +154,30 @@ async def test_an_optional_argument_given_blank_is_not_given(settings: SettingsF
 
 
 @pytest.mark.anyio
+async def test_a_string_argument_that_reads_as_json_stays_a_string(
+    settings: SettingsFactory,
+) -> None:
+    # The SDK reads a string as JSON for any parameter not typed plain str (Claude Desktop
+    # sends lists as text); a JSON document given as doc_ingest's text must stay text.
+    data = '[{"id": 1,  "name": "café"}]'
+    async with Client(build_server(Service(settings()))) as c:
+        made = await c.call_tool("doc_ingest", {"text": data, "doc_id": "users", "title": "true"})
+        assert not made.is_error, made.content
+        assert made.structured_content and made.structured_content["title"] == "true"
+        window = await c.call_tool("doc_window", {"doc_id": "users"})
+        assert data in window.content[0].text  # type: ignore[union-attr]
+        opened = await c.call_tool("context_open", {"session_id": "s", "title": '{"a": 1}'})
+        assert not opened.is_error and "(" + '{"a": 1}' + ")" in opened.content[0].text  # type: ignore[union-attr]
+        await c.call_tool("context_append", {"session_id": "s", "text": "null is fine"})
+        recalled = await c.call_tool("context_recall", {"session_id": "s", "query": "null"})
+        assert not recalled.is_error and "null is fine" in recalled.content[0].text  # type: ignore[union-attr]
+        tags = await c.call_tool(
+            "context_append", {"session_id": "s", "text": "x", "tags": '["a"]'}
+        )
+        assert not tags.is_error  # a list sent as text is still read as the list
+
+
+@pytest.mark.anyio
 async def test_every_tool_has_a_title_and_true_annotations(settings: SettingsFactory) -> None:
     async with Client(build_server(Service(settings()))) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
