@@ -145,8 +145,14 @@ def answer(
     if not chosen and ranked:  # even the best passage is over budget: cut it to fit
         used, short = _cut_to_fit(ranked[0], every, chosen, counter, room)
         omitted = len(ranked) - 1
-    out = [_header_of(every[k].hit, sorted(ps, key=lambda p: p.first)) for k, ps in chosen.items()]
+    out = [_header_of(every[k].hit, _in_order(ps, every[k])) for k, ps in chosen.items()]
     return Answer(tuple(out), omitted, used + reserve, budget, short)
+
+
+def _in_order(shown: list[Passage], group: Group) -> list[Passage]:
+    """``shown`` in text order: by line, a long line's pieces as the group lists them."""
+    at = {id(p): i for i, p in enumerate(group.passages)}
+    return sorted(shown, key=lambda p: (p.first, at.get(id(p), 0)))
 
 
 def _ranked(groups: Sequence[Group], every: Sequence[Group], first: int) -> list[Scored]:
@@ -175,7 +181,7 @@ def _collapse(ranked: Sequence[Scored], tier: Callable[[int], int]) -> set[tuple
     standing: set[tuple[str, int]] = set()
     for r in sorted(ranked, key=lambda r: (tier(r.group), r.passage.doc, r.first)):
         p = r.passage
-        if not p.terms:
+        if not p.terms or p.part:  # a piece's line is not its own: it stands alone
             continue
         terms = held.get(id(p.terms))
         if terms is None:

@@ -32,6 +32,10 @@ _NON_WORD_BYTES = bytes(
 _WORD_RUN = re.compile(r"[\w$]*")  # the rest of a raw word, from a position
 # A sentence with the space after it: up to . ! or ? and a space, or a wide end (CJK).
 _SENTENCE = regex.compile(rf".+?(?:(?<=[.!?])\s+(?=\S)|{WIDE_SENTENCE_END}\s*|$)", regex.DOTALL)
+# Text that ends no sentence (minified JSON, a list, a line cut at a chunk's edge) and is
+# too long breaks after " ", "," or ";"; a sentence is kept whole.
+_ENDED = regex.compile(rf"(?:[.!?][\"')\]\u201d\u2019]*|{WIDE_SENTENCE_END})\s*$")
+_BREAK = re.compile(r"(?<=[\s,;])(?=[^\s,;])")
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Passage:
     length: int = 0
     score: float = 0.0
     like: list[int] = field(default_factory=list)  # lines of same-shaped passages it stands for
+    part: bool = False  # one of the pieces of a long line, which share its line number
 
     def render(self) -> str:
         """``first: text`` (``first-last:`` for several lines), with the lines it stands for."""
@@ -96,20 +101,28 @@ def _continues(previous: str, line: str) -> bool:
 
 
 def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Passage]:
-    """A long line as runs of whole sentences, each within ``max_tokens`` where it can be."""
+    """A long line as runs of whole sentences, each within ``max_tokens`` where it can be;
+    longer text that ends no sentence as runs, half as long, of the pieces ``_BREAK`` cuts
+    it into, so that one fits beside its hit's header."""
     # An estimate never exceeds 2 tokens a character (the highest ratio calibration accepts).
     if 2 * len(line) <= max_tokens or count(line) <= max_tokens:
         return [Passage(number, number, line)]
     out: list[Passage] = []
     run = ""
     for sentence in _SENTENCE.findall(line):
-        if run and count((run + sentence).rstrip()) > max_tokens:
-            out.append(Passage(number, number, run.rstrip()))
-            run = sentence
-        else:
-            run += sentence
+        long = 2 * len(sentence) > max_tokens and count(sentence) > max_tokens
+        long = long and not _ENDED.search(sentence)
+        limit = max_tokens // 2 if long else max_tokens  # room for the hit's header
+        for piece in _BREAK.split(sentence) if long else (sentence,):
+            if run and count((run + piece).rstrip()) > limit:
+                out.append(Passage(number, number, run.rstrip()))
+                run = piece
+            else:
+                run += piece
     if run:
         out.append(Passage(number, number, run.rstrip()))
+    for p in out if len(out) > 1 else ():
+        p.part = True
     return out
 
 

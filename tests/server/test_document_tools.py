@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -246,6 +247,34 @@ async def test_search_finds_a_word_inside_a_run_of_chinese_or_japanese(tmp_path:
         await ok(c, "doc_ingest", text="# 运维\n\n" + "".join(said), doc_id="zh")
         text, _ = await ok(c, "doc_search", query="连接超时", doc_id="zh", budget_tokens=200)
         assert f"{said[44]}{said[45]}{said[46]}" in text  # as written: no space put between
+
+
+@pytest.mark.anyio
+async def test_search_shows_the_matching_part_of_a_long_line(tmp_path: Path) -> None:
+    users = [
+        {"id": i, "name": f"user{i}", "role": "admin" if i == 777 else "member"}
+        for i in range(2000)
+    ]
+    said = " ".join(f"Retrying connection to host-{i} after a timeout." for i in range(60))
+    async with serve(tmp_path) as c:
+        # JSON on one line, no sentence in it: with spaces, and minified without any.
+        for doc_id, dump in (
+            ("spaced", json.dumps(users)),
+            ("tight", json.dumps(users, separators=(",", ":"))),
+        ):
+            await ok(c, "doc_ingest", text=dump, doc_id=doc_id)  # a JSON text stays text
+            for query in ("admin", "user777"):
+                text, _ = await ok(c, "doc_search", query=query, doc_id=doc_id, budget_tokens=200)
+                shown = [line for line in text.split("\n") if line.startswith("1: ")]
+                assert any(f'"{query}"' in line for line in shown), (doc_id, query, text)
+        # Sentences of one shape on one line: each stands alone, none hides the others.
+        await ok(
+            c, "doc_ingest", text=f"# Ops\n\n{said} The disk quota was exceeded.", doc_id="ops"
+        )
+        text, data = await ok(
+            c, "doc_search", query="retrying connection", doc_id="ops", budget_tokens=300
+        )
+        assert data["hits"] and "3: Retrying connection to host-" in text, text
 
 
 @pytest.mark.anyio
