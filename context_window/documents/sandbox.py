@@ -214,11 +214,27 @@ def decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise not_utf8(what, exc.start, data[max(0, exc.start - 2048) : exc.start + 2048]) from None
+        around = data[max(0, exc.start - 2048) : exc.start + 2048]
+        raise not_utf8(what, exc.start, around, data[:16]) from None
 
 
-def not_utf8(what: str, offset: int, around: bytes) -> InvalidInput:
-    """The error for text not UTF-8 at ``offset``: iconv advice if it looks like text."""
+# Files that are not text but hold some, known by their first bytes, and what to run.
+_PACKED = (
+    (b"\x1f\x8b", "gzip-compressed: decompress it first (e.g. gunzip -k {})"),
+    (b"\xfd7zXZ\x00", "xz-compressed: decompress it first (e.g. unxz -k {})"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (e.g. zstd -d {})"),
+    (b"PK\x03\x04", "a zip archive: extract it (e.g. unzip {}), then ingest a text file in it"),
+    (b"%PDF-", "a PDF: extract its text first (e.g. pdftotext -layout {})"),
+)
+
+
+def not_utf8(what: str, offset: int, around: bytes, head: bytes = b"") -> InvalidInput:
+    """The error for text not UTF-8 at ``offset`` (``head``: the file's first bytes, if
+    known): what to run for a compressed file, an archive or a PDF; iconv advice if it
+    looks like text."""
+    for magic, advice in _PACKED:
+        if head.startswith(magic):
+            return InvalidInput(f"{what} is " + advice.format(Path(what).name))
     if utf16 := utf16_error(what, around):
         return utf16
     binary = b"\x00" in around or sum(b < 32 and b not in _TEXT_CONTROLS for b in around) > (

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import io
+import lzma
 import os
+import zipfile
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -234,6 +239,38 @@ async def test_utf16_is_named_with_the_conversion(
     assert "is UTF-16 text" in msg and advice in msg and "binary" not in msg
     if encoding == "utf-16":  # no zero bytes to go by without the mark
         assert "is UTF-16 text" in cjk and advice in cjk
+    nothing_written(tmp_path)
+
+
+def packed(kind: str, name: str, data: bytes) -> bytes:
+    """``data`` as a file of ``kind`` holds it, made by the standard library."""
+    if kind == "zip":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(name, data)
+        return buffer.getvalue()
+    if kind == "pdf":  # a PDF's text is in compressed streams
+        return b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\nstream\n" + zlib.compress(data)
+    return {"gz": gzip.compress, "xz": lzma.compress}[kind](data)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("kind", "advice"),
+    [
+        ("gz", "is gzip-compressed: decompress it first (e.g. gunzip -k build.log.gz)"),
+        ("xz", "is xz-compressed: decompress it first (e.g. unxz -k build.log.xz)"),
+        ("zip", "is a zip archive: extract it (e.g. unzip build.log.zip), then ingest"),
+        ("pdf", "is a PDF: extract its text first (e.g. pdftotext -layout build.log.pdf)"),
+    ],
+)
+async def test_a_compressed_file_or_a_pdf_is_named_with_what_to_run(
+    tmp_path: Path, root: Path, kind: str, advice: str
+) -> None:
+    (root / f"build.log.{kind}").write_bytes(packed(kind, "build.log", LOG.encode() * 40))
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path=f"build.log.{kind}")
+    assert advice in msg, msg
     nothing_written(tmp_path)
 
 
