@@ -45,6 +45,7 @@ _HEADING = regex.compile(r"^\s*#{1,6}\s")
 _FENCE = regex.compile(r"^\s*(?:```|~~~)")
 _BLANK_GAP = regex.compile(r"\n[ \t]*\n")
 _NEXT = regex.compile(r"\S")
+_NEWLINE = regex.compile(r"\n")
 _WORD_SPAN = 64  # longer than any abbreviation or run of initials
 _LAST_WORD = regex.compile(r"\S+$")
 _INITIALS = regex.compile(r"(?:\p{L}\.)+\p{L}")
@@ -59,7 +60,15 @@ def extractive(text: str, target_tokens: int, counter: TokenCounter) -> str:
     """The best-scoring original sentences within ``target_tokens``, in original order."""
     if target_tokens <= 0:
         return ""
-    spans = _sentence_spans(text)
+    spans = [
+        line  # a sentence over the target that runs over lines (a stack trace): by line
+        for s, e in _sentence_spans(text)
+        for line in (
+            _lines(text, s, e)
+            if "\n" in text[s:e] and counter.count(text[s:e]) > target_tokens
+            else [(s, e)]
+        )
+    ]
     terms = [frozenset(_terms(text[s:e])) for s, e in spans]
     scores = _tfisf(terms)
     order = sorted((i for i in range(len(spans)) if scores[i] > 0), key=lambda i: -scores[i])
@@ -267,13 +276,24 @@ def _sentence_spans(text: str) -> list[tuple[int, int]]:
             segment = text[seg_start:seg_end]
             cuts += [seg_start + m.end() for m in _END.finditer(segment) if _ends(segment, m)]
         cuts.append(seg_end)
-        for a, b in itertools.pairwise(cuts):
-            piece = text[a:b]
-            lead = len(piece) - len(piece.lstrip())
-            trail = len(piece.rstrip())
-            if trail > lead:
-                spans.append((a + lead, a + trail))
+        spans += _trimmed(text, cuts)
     return spans
+
+
+def _trimmed(text: str, cuts: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank piece between ``cuts``, without its outer whitespace."""
+    spans = []
+    for a, b in itertools.pairwise(cuts):
+        piece = text[a:b]
+        lead, trail = len(piece) - len(piece.lstrip()), len(piece.rstrip())
+        if trail > lead:
+            spans.append((a + lead, a + trail))
+    return spans
+
+
+def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """``_trimmed`` lines of ``text[start:end]``."""
+    return _trimmed(text, [start, *(m.end() for m in _NEWLINE.finditer(text, start, end)), end])
 
 
 def _segments(text: str) -> list[tuple[int, int, bool]]:
