@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -21,15 +21,7 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    INVALID_PARAMS,
-    CallToolResult,
-    Icon,
-    InputRequiredResult,
-    TextContent,
-    Tool,
-    ToolAnnotations,
-)
+from mcp.types import INVALID_PARAMS, CallToolResult, InputRequiredResult, TextContent, Tool
 from pydantic import ValidationError
 
 from context_window.config import Settings
@@ -119,23 +111,6 @@ class SlimServer(MCPServer):
             if isinstance(first, TextContent):
                 first.text += ignored
         return result
-
-    def add_tool(
-        self,
-        fn: Callable[..., Any],
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        annotations: ToolAnnotations | None = None,
-        icons: list[Icon] | None = None,
-        meta: dict[str, Any] | None = None,
-        structured_output: bool | None = None,
-    ) -> None:
-        """Register a tool whose string arguments are never read as JSON (``VerbatimStrings``)."""
-        super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
-        tool = self._tool_manager.get_tool(name or fn.__name__)
-        if tool is not None:
-            tool.fn_metadata = VerbatimStrings.model_construct(**dict(tool.fn_metadata))
 
     async def run_stdio_async(self) -> None:
         """stdio through ``context_window.server.stdio``: every request with an id is answered."""
@@ -315,4 +290,6 @@ def build_server(service: Service | Engine) -> MCPServer:
 
         return views.guided(guide_text(engine.service), engine.service)
 
+    for tool in app._tool_manager.list_tools():  # string arguments are never read as JSON
+        tool.fn_metadata = VerbatimStrings.model_construct(**dict(tool.fn_metadata))
     return app
