@@ -45,8 +45,8 @@ from context_window.retrieval.termcount import (
 from context_window.storage import write_json_atomic
 
 # 2: stemmed terms, first lines; 3: texts read from source.txt by spans.npy; 4: numbers.npy;
-# 5: NFKC terms and CJK letter pairs (analyzer version 2).
-INDEX_VERSION = 5
+# 5: NFKC terms and CJK letter pairs (analyzer version 2); 6: ANSI escapes blanked (3).
+INDEX_VERSION = 6
 FOUND_MEMO = 4096  # terms whose numbers an open index remembers
 VOCAB_IN_MEMORY = 8192  # an index of at most this many terms keeps them all in a dict
 POSTINGS_PER_PASS = 1 << 20  # postings sorted into term order at a time (~30 MB of arrays)

@@ -15,7 +15,7 @@ from functools import cached_property
 import regex
 
 from context_window.models import Chunk, Count, Hit
-from context_window.retrieval.analyzer import WIDE_SENTENCE_END
+from context_window.retrieval.analyzer import WIDE_SENTENCE_END, plain
 from context_window.retrieval.bm25 import K1, NEIGHBOUR_WEIGHT, B
 
 LIKE_SHOWN = 5  # line numbers listed for the passages a shown one stands for
@@ -189,7 +189,7 @@ class Scorer:
 
     def terms_of(self, text: str) -> dict[str, int]:
         """The query terms in ``text``, with their counts (as the index's analyzer finds them)."""
-        text = unicodedata.normalize("NFKC", text)  # the analyzer's form, where keys are found
+        text = plain(unicodedata.normalize("NFKC", text))  # the analyzer's form
         low = text.lower()
         if len(low) != len(text):  # lowercasing moved the offsets: read every word
             return self.count(_WORD.findall(text))

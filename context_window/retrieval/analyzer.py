@@ -3,7 +3,8 @@
 Lowercase words in Unicode compatibility form (NFKC: "ﬁle" is "file", a decomposed
 "café" the composed one); identifiers whole and by their parts (``getUserName``:
 ``getusername get user name``); runs of Han, kana or Hangul also by each pair of
-letters; stop words dropped; alphabetic terms Snowball-stemmed (PyStemmer).
+letters; stop words dropped; alphabetic terms Snowball-stemmed (PyStemmer); ANSI colour
+codes are not words.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import Stemmer
 from context_window.errors import InvalidInput
 
 _WORD = regex.compile(r"[\w$]+")
+# An ANSI escape sequence (a CI log's colours: "\x1b[31merror\x1b[0m") is no part of a word.
+ANSI_ESCAPE = r"\x1b\[[0-?]*[ -/]*[@-~]"
+_ANSI = regex.compile(ANSI_ESCAPE)
 # Han, kana and Hangul write words without spaces between them: each pair of letters
 # in such a run is a term too, as Lucene's CJK bigrams make them ("数据" in "数据库连接").
 _CJK_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{3,}")
@@ -50,8 +54,14 @@ class QueryLimits:
 
 
 # Bumped whenever ``Analyzer`` changes its terms: state saved with older ones is rebuilt
-# (bump ``documents.index.INDEX_VERSION`` too: 2, NFKC and CJK pairs, came with index 5).
-ANALYZER_VERSION = 2
+# (bump ``documents.index.INDEX_VERSION`` too: 2, NFKC and CJK pairs, came with index 5;
+# 3, ANSI escapes blanked, with 6).
+ANALYZER_VERSION = 3
+
+
+def plain(text: str) -> str:
+    """``text`` with each ANSI escape sequence blanked, its length kept."""
+    return _ANSI.sub(lambda m: " " * len(m[0]), text) if "\x1b" in text else text
 
 
 def letter_pairs(word: str) -> list[str]:
@@ -108,14 +118,14 @@ class Analyzer:
     def counts(self, text: str) -> dict[str, int]:
         """Term frequencies of ``text``."""
         out: dict[str, int] = {}
-        for raw, n in Counter(_WORD.findall(text)).items():
+        for raw, n in Counter(_WORD.findall(plain(text))).items():
             for term in self.expand(raw):
                 out[term] = out.get(term, 0) + n
         return out
 
     def terms(self, text: str) -> list[str]:
         """Index terms of ``text`` in order, repeats kept."""
-        return [term for raw in _WORD.findall(text) for term in self.expand(raw)]
+        return [term for raw in _WORD.findall(plain(text)) for term in self.expand(raw)]
 
     def query(self, text: str) -> list[str]:
         """A query's distinct terms, first seen first; InvalidInput past ``limits``."""

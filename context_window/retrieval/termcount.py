@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_window.retrieval import wordscan
-from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.analyzer import ANSI_ESCAPE, Analyzer, plain
 from context_window.retrieval.wordscan import NUMBER_DIGITS
 
 U32 = npt.NDArray[np.uint32]
@@ -30,6 +31,7 @@ I64 = npt.NDArray[np.int64]
 
 _MAX_PACKED = 64  # runs up to this many bytes are packed into keys; longer ones are rare
 _MEMO_LIMIT = 100_000
+_ANSI_BYTES = re.compile(ANSI_ESCAPE.encode())
 _WORD_BYTES = np.isin(
     np.arange(256),
     np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$", np.uint8),
@@ -271,6 +273,7 @@ class TermCounter:
     def count(self, texts: Sequence[str]) -> Triples:
         """Term counts of each text, as triples sorted by (chunk, term id)."""
         self._spill_if_full()
+        texts = [plain(t) for t in texts]
         ascii_rows = [i for i, t in enumerate(texts) if t.isascii()]
         other_rows = [i for i, t in enumerate(texts) if not t.isascii()]
         ascii_texts = [texts[i] for i in ascii_rows]
@@ -286,6 +289,8 @@ class TermCounter:
 
     def count_spans(self, data: bytes, starts: I64, ends: I64) -> Triples:
         """``count`` of the texts ``data[starts[i]:ends[i]]``, for ASCII ``data``."""
+        if b"\x1b" in data:  # as ``plain`` blanks them: the offsets hold
+            data = _ANSI_BYTES.sub(lambda m: b" " * len(m[0]), data)
         if not self._scanning(int((ends - starts).sum())):
             texts = [
                 data[a:b].decode("ascii")

@@ -374,6 +374,20 @@ def named(triples: Triples, counter: TermCounter) -> set[tuple[int, str, int]]:
     return {(c, names[t], n) for c, t, n in rows}
 
 
+@pytest.mark.parametrize("scan", [False, pytest.param(True, marks=needs_numba)])
+def test_a_log_in_colour_counts_as_the_analyzer_does(scan: bool) -> None:
+    # A CI log's ANSI colours (ESC [ ... m) glue to the words beside them: "31merror".
+    texts = [f"{i} \x1b[31merror\x1b[0m: link failed \x1b[1;33mwarn\x1b[0m x" for i in range(99)]
+    data = "\n".join(texts).encode()
+    sizes = np.array([len(t) + 1 for t in texts], dtype=np.int64)
+    ends = np.cumsum(sizes) - 1
+    counter = TermCounter(numbers=True, scan=scan)
+    got = named(counter.count_spans(data, ends - sizes + 1, ends), counter)
+    analyzer = Analyzer()
+    want = {(row, t, n) for row, text in enumerate(texts) for t, n in analyzer.counts(text).items()}
+    assert got == want and (5, "error", 1) in got and not [t for _, t, _ in got if "31m" in t]
+
+
 @needs_numba
 def test_the_compiled_scan_counts_as_numpy_does_batch_after_batch(tmp_path: Path) -> None:
     # Small limits, so the scan's table is emptied and the words spilled several times,

@@ -45,6 +45,7 @@ def test_terms(text: str, expected: list[str]) -> None:
         ("cafe\u0301 \u212bngstr\u00f6m", "caf\u00e9 \u00c5ngstr\u00f6m"),  # decomposed; a sign
         (fullwidth("Fullwidth ID123"), "Fullwidth ID123"),
         (fullwidth("GetUserName"), "GetUserName"),
+        ("\x1b[31merror\x1b[0m: \x1b[1;33mwarning\x1b[0m", "error: warning"),  # a CI log's colours
     ],
 )
 def test_compatibility_forms_give_the_plain_words_terms(variant: str, plain: str) -> None:

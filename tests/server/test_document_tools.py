@@ -232,6 +232,16 @@ async def test_search_finds_words_in_any_unicode_form(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_log_in_colour_is_searched_by_its_words(tmp_path: Path) -> None:
+    lines = log_lines(600)  # as a CI log downloaded raw keeps its ANSI colours
+    lines[100] = "\x1b[1m\x1b[31merror\x1b[0m: linker failed for target \x1b[36mpayments\x1b[0m"
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\n".join(lines), doc_id="ci")
+        text, _ = await ok(c, "doc_search", query="error payments", doc_id="ci")
+        assert text.startswith("1 hit, best first") and f"101: {lines[100]}" in text
+
+
+@pytest.mark.anyio
 async def test_search_finds_a_word_inside_a_run_of_chinese_or_japanese(tmp_path: Path) -> None:
     lines = log_lines(600)
     lines[100] = "2024-05-02 10:40:00 WARN 数据库连接超时、已经重试三次"  # no space between words
