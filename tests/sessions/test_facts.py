@@ -42,7 +42,12 @@ def test_extract_finds_every_kind_of_fact_once_in_order() -> None:
 
 @pytest.mark.parametrize(
     "prose",
-    ["The user-facing text has plain words.", "e.g. this, i.e. that.", "Hello, World!"],
+    [
+        "The user-facing text has plain words.",
+        "e.g. this, i.e. that.",
+        "Hello, World!",
+        "\x1b[1;31merror\x1b[0m: it \x1b[33mfailed\x1b[0m",  # a terminal's colours
+    ],
 )
 def test_plain_prose_has_no_facts(prose: str) -> None:
     assert extract(prose) == []
