@@ -17,6 +17,7 @@ from context_window.errors import InvalidInput, StorageError, check_range
 from context_window.journal import Journal
 from context_window.models import Entry, SessionInfo, SessionStats
 from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.bm25 import best_line
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import is_valid_id
@@ -41,6 +42,7 @@ class EntryHit:
     session_title: str
     entry: Entry
     score: float
+    focus: int = 0  # the line of its text that best matches the search (``best_line``)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,10 @@ class Catalog:
         if not wanted:
             raise InvalidInput(f"query {query!r:.60} has no searchable words (2+ letters/digits)")
         entries: list[EntryHit] = []
+
+        def focus(text: str) -> int:
+            return best_line(text.strip().split("\n"), list(wanted), analyzer.terms)
+
         if session_id is not None or doc_id is None:
             every = map(self._readable, filter(is_valid_id, self._sessions.ids()))
             for session in [self.session(session_id)] if session_id is not None else every:
@@ -129,7 +135,7 @@ class Catalog:
                     continue
                 recall = session.recall(query, SEARCH_BUDGET)  # no limit: pinned come first
                 hits = [
-                    EntryHit(session.id, session.title, e, recall.scores[e.id])
+                    EntryHit(session.id, session.title, e, recall.scores[e.id], focus(e.text))
                     for e in recall.entries
                     if wanted.intersection(analyzer.terms(e.text + " " + " ".join(e.tags)))
                 ]  # recall keeps pinned entries whether or not they match; a search does not

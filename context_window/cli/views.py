@@ -152,11 +152,14 @@ def documents_view(docs: list[tuple[DocInfo, SourceState]]) -> str:
     return "\n".join(out)
 
 
-def _snippet(text: str) -> list[str]:
-    lines = _wrapped(text.strip())
+def _snippet(text: str, focus: int = 0) -> list[str]:
+    """``SNIPPET_LINES`` wrapped lines of ``text``, from line ``focus`` where it can be."""
+    source = text.strip().split("\n")
+    start = max(0, min(focus, len(source) - SNIPPET_LINES))
+    lines = _wrapped("\n".join(source[start : start + SNIPPET_LINES + 1]))
     if len(lines) > SNIPPET_LINES:
         lines = [*lines[:SNIPPET_LINES], f"{INDENT}…"]
-    return lines
+    return [f"{INDENT}…", *lines] if start else lines
 
 
 # How a person reads on from a hit (doc_search tells the model doc_window instead).
@@ -170,7 +173,7 @@ def search_view(found: Found) -> str:
     for h in found.entries:
         group = groups.setdefault(f"session {h.session_id}: {h.session_title}", [])
         head = f"{_entry_head(h.entry)}  (score {h.score:.2f})"
-        group += [*_head_lines(head, "  "), *_snippet(h.entry.text)]
+        group += [*_head_lines(head, "  "), *_snippet(h.entry.text, h.focus)]
     for title, lines in groups.items():
         if out:
             out.append("")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +44,7 @@ from context_window.models import (
 )
 from context_window.packing import excerpt, pack
 from context_window.retrieval.analyzer import Analyzer, QueryLimits
-from context_window.retrieval.bm25 import best_first, smooth_neighbours
+from context_window.retrieval.bm25 import best_first, best_line, smooth_neighbours
 from context_window.sessions import snapshot
 from context_window.sessions.compaction import check_pins
 from context_window.sessions.records import check_tags, check_text, updated_time, without
@@ -508,16 +507,13 @@ class Session:
         dated: bool,
     ) -> tuple[dict[int, Entry], Packed, dict[str, str]]:
         """``packing`` (``_pack``'s) with the ``k``-th ranked entry, at ``position``, cut to
-        the lines around the one that best matches ``terms`` (lines as BM25 documents;
-        the first without terms) in the room left; unchanged if not a word fits."""
+        the lines around the one that best matches ``terms`` (``best_line``) in the room
+        left; unchanged if not a word fits."""
         chosen, packed, labels = packing
         entry = self._entry(int(position), now)
         head = label(entry, dated) if label is not None else ""
         lines = entry.text.split("\n")
-        found = [set(terms).intersection(self._analyzer.terms(line)) for line in lines]
-        df = Counter(t for words in found for t in words)
-        idf = {t: math.log(1 + (len(lines) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-        best = max(range(len(lines)), key=lambda i: (sum(idf[t] for t in found[i]), -i))
+        best = best_line(lines, terms, self._analyzer.terms)
         cost = self.counter.count(head) + 1  # as ``_pack`` measures
         text = excerpt(lines, best, packed.budget - packed.used_tokens - cost, self.counter)
         if not text:

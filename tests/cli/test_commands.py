@@ -122,6 +122,25 @@ def test_search_groups_sessions_and_documents(
     assert capsys.readouterr().out == "no matches\n"
 
 
+def test_search_shows_an_entry_from_its_matching_line(
+    settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = settings()
+    trace = "\n".join(f"  at app.Module{i}.run(Module{i}.java:{i})" for i in range(300))
+    session = Service(s).sessions.open("crash")[0]
+    session.append(f"Stack trace of the crash:\n{trace}")
+    session.append("a short note on the crash")
+    assert cli(s, "search", "Module123") == 0
+    out = capsys.readouterr().out.split("\n")
+    at = out.index("      at app.Module123.run(Module123.java:123)")  # the line, not the head
+    assert out[at - 1] == "    …" and out[at + 3] == "    …"
+    assert cli(s, "search", "crash") == 0  # no line stands out: from the start, as before
+    out = capsys.readouterr().out.split("\n")
+    at = out.index("    Stack trace of the crash:")
+    assert out[at + 1] == "      at app.Module0.run(Module0.java:0)"
+    assert "    a short note on the crash" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
