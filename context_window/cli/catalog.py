@@ -6,7 +6,7 @@ no crash leftover recovered (``doctor`` still sees them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +135,12 @@ class Catalog:
                     continue
                 recall = session.recall(query, SEARCH_BUDGET)  # no limit: pinned come first
                 hits = [
-                    EntryHit(session.id, session.title, e, recall.scores[e.id], focus(e.text))
+                    EntryHit(session.id, session.title, e, recall.scores[e.id])
                     for e in recall.entries
                     if wanted.intersection(analyzer.terms(e.text + " " + " ".join(e.tags)))
                 ]  # recall keeps pinned entries whether or not they match; a search does not
                 hits.sort(key=lambda h: (-h.score, -h.entry.seq))
-                entries += hits[:limit]
+                entries += [replace(h, focus=focus(h.entry.text)) for h in hits[:limit]]
         entries.sort(key=lambda h: (-h.score, h.session_id, h.entry.seq))
         lines = None
         if doc_id is not None:
