@@ -116,13 +116,14 @@ def argument_errors(error: ValidationError, schema: dict[str, Any] | None) -> st
 
 
 def unset_blanks(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` less the optional ones given as blank strings, which clients and small
-    models send to mean "not given" (``doc_search(doc_id="")`` searches every document)."""
+    """``arguments`` less the optional ones given as null or blank strings, which clients
+    and small models send to mean "not given" (``doc_search(doc_id="")`` searches every
+    document; OpenAI's strict function calling sends every parameter, null if unset)."""
     required = set(schema.get("required", ()))
     return {
         k: v
         for k, v in arguments.items()
-        if k in required or not (isinstance(v, str) and not v.strip())
+        if k in required or not (v is None or (isinstance(v, str) and not v.strip()))
     }
 
 

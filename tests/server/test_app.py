@@ -154,6 +154,35 @@ async def test_an_optional_argument_given_blank_is_not_given(settings: SettingsF
 
 
 @pytest.mark.anyio
+async def test_an_optional_argument_given_null_is_not_given(settings: SettingsFactory) -> None:
+    # OpenAI's strict function calling sends every parameter, null where the model left it.
+    async with Client(build_server(Service(settings()))) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+
+        async def call(tool: str, **given: object) -> str:
+            schema = tools[tool].input_schema
+            nulls = {k: None for k in schema["properties"] if k not in schema.get("required", [])}
+            result = await c.call_tool(tool, {**nulls, **given})
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert not result.is_error, (tool, text)
+            return text
+
+        await call("context_open", session_id="s")
+        assert (await call("context_append", session_id="s", text="alpha beta")).startswith(
+            "Saved e1"
+        )
+        assert "[e1]\nalpha beta" in await call("context_recall", session_id="s")
+        await call("context_compact", session_id="s")
+        await call("context_status", session_id="s")
+        await call("context_list_sessions")
+        await call("doc_ingest", text="# T\n\ngamma delta", doc_id="d")
+        assert "gamma delta" in await call("doc_search", query="gamma")
+        for tool in ("doc_outline", "doc_window", "doc_summarize"):
+            await call(tool, doc_id="d")
+        await call("doc_list")
+
+
+@pytest.mark.anyio
 async def test_a_string_argument_that_reads_as_json_stays_a_string(
     settings: SettingsFactory,
 ) -> None:
