@@ -126,7 +126,7 @@ class Catalog:
         entries: list[EntryHit] = []
 
         def focus(text: str) -> int:
-            return best_line(text.strip().split("\n"), list(wanted), analyzer.terms)
+            return best_line(text.strip().split("\n"), wanted, analyzer.terms)
 
         if session_id is not None or doc_id is None:
             every = map(self._readable, filter(is_valid_id, self._sessions.ids()))

@@ -46,7 +46,7 @@ CHILD_MIN_CHARS = 16_000_000
 # A structured text is chunked whole, in memory: a limit of its own, below the files'.
 MAX_STRUCTURED_CHARS = 256 * 1024 * 1024
 # Searched as "\n" + marker: a literal first character scans fast (0.6 s to 0.08 s/100 MB).
-_STRUCTURE = re.compile(r"\ufeff? {0,3}(?:#{1,6}[ \t]|```|~~~)")  # a text's start
+_STRUCTURE = re.compile(BOM + r"? {0,3}(?:#{1,6}[ \t]|```|~~~)")  # a text's start
 _STRUCTURE_AFTER_NEWLINE = re.compile(r"\n {0,3}(?:#{1,6}[ \t]|```|~~~)")
 
 

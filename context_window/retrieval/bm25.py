@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,10 +83,11 @@ def best_first(
     return positions[order], len(positions)
 
 
-def best_line(lines: Sequence[str], query: Sequence[str], terms: Callable[[str], list[str]]) -> int:
+def best_line(lines: Sequence[str], query: Iterable[str], terms: Callable[[str], list[str]]) -> int:
     """The line of ``lines`` whose ``query`` terms weigh most, lines taken as documents and
     weighed by Lucene's idf (never negative); the first on a tie or with no query."""
-    found = [set(query).intersection(terms(line)) for line in lines]
+    wanted = set(query)
+    found = [wanted.intersection(terms(line)) for line in lines]
     df = Counter(t for words in found for t in words)
     idf = {t: math.log(1 + (len(lines) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
     return max(range(len(lines)), key=lambda i: (sum(idf[t] for t in found[i]), -i))
