@@ -36,6 +36,9 @@ _SENTENCE = regex.compile(rf".+?(?:(?<=[.!?])\s+(?=\S)|{WIDE_SENTENCE_END}\s*|$)
 # too long breaks after " ", "," or ";"; a sentence is kept whole.
 _ENDED = regex.compile(rf"(?:[.!?][\"')\]\u201d\u2019]*|{WIDE_SENTENCE_END})\s*$")
 _BREAK = re.compile(r"(?<=[\s,;])(?=[^\s,;])")
+# A line that opens with a word in lower case, as a wrapped sentence goes on (not a path).
+_PROSE_START = regex.compile(r"[ \t]*\p{Ll}[\p{L}\p{M}'\u2019-]*(?:[,;:.!?)]*\s|[,;:.!?)]*$)")
+_NO_DIGITS = str.maketrans("", "", "0123456789")
 
 
 @dataclass
@@ -95,9 +98,31 @@ def split_passages(chunk: Chunk, max_tokens: int, count: Count) -> list[Passage]
 
 
 def _continues(previous: str, line: str) -> bool:
-    """Whether ``line`` reads as the wrapped continuation of ``previous``."""
-    first = line.lstrip()[:1]
-    return first.islower() and previous.rstrip()[-1:] not in ".!?:;)]}>\"'"
+    """Whether ``line`` reads as the wrapped continuation of ``previous``: after an open
+    line, it opens with a word in lower case (not a path), and not with the first word of
+    ``previous``, as records do (``cc -c a.c`` over ``cc -c b.c``, ``sshd[1]:`` over
+    ``sshd[2]:``)."""
+    return (
+        _PROSE_START.match(line) is not None
+        and previous.rstrip()[-1:] not in ".!?:;)]}>\"'"
+        and _first_word(line) != _first_word(previous)
+    )
+
+
+def _first_word(line: str) -> str:
+    words = line.split(None, 1)
+    return words[0].translate(_NO_DIGITS) if words else ""
+
+
+def _wrapped(text: str) -> bool:
+    """Whether ``text`` holds hard-wrapped prose: a line that continues the one before."""
+    for m in _WRAPPED.finditer(text):
+        at = text.index("\n", m.start())
+        end = text.find("\n", at + 1)
+        line = text[at + 1 : end if end >= 0 else len(text)]
+        if _continues(text[text.rfind("\n", 0, at) + 1 : at], line):
+            return True
+    return False
 
 
 def _sentences(number: int, line: str, max_tokens: int, count: Count) -> list[Passage]:
@@ -302,7 +327,7 @@ def candidate_passages(
         if not scorer.may_match(text):
             groups.append(Group(hit, [], False))
             continue
-        full = bool(_WRAPPED.search(text))
+        full = _wrapped(text)
         found = (
             split_passages(hit.chunk, share, count)
             if full
@@ -321,7 +346,7 @@ def candidate_passages(
 
 def every_passage(chunk: Chunk, share: int, count: Count) -> list[Passage]:
     """All of a chunk's passages, as ``candidate_passages`` splits them for any query."""
-    if _WRAPPED.search(chunk.text):
+    if _wrapped(chunk.text):
         return split_passages(chunk, share, count)
     base = max(chunk.line, 1)
     lines = (line.rstrip("\r") for line in chunk.text.split("\n"))

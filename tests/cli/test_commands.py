@@ -105,7 +105,7 @@ def test_search_groups_sessions_and_documents(
     out = capsys.readouterr().out
     assert "session work: Fixing the" in out and "session other: Second session" in out
     assert "documents: 1 hit, best first" in out and "# flags [0]" in out
-    assert "\n# spec [" not in out and "1-30: linker flags: -Wl,--as-needed" in out
+    assert "\n# spec [" not in out and "1: linker flags: -Wl,--as-needed (+29 like it" in out
     assert ids["note5"] in out and ids["note0"] not in out  # live entries only
     assert ids["deleted"] not in out
     assert ids["pinned"] not in out  # pinned, but it does not mention the linker

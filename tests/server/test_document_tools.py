@@ -288,6 +288,32 @@ async def test_search_shows_the_matching_part_of_a_long_line(tmp_path: Path) -> 
 
 
 @pytest.mark.anyio
+async def test_records_in_lower_case_are_lines_and_wrapped_prose_is_a_paragraph(
+    tmp_path: Path,
+) -> None:
+    build = [f"cc -O2 -c src/mod{i}.c -o build/mod{i}.o" for i in range(16)]
+    build[8:8] = ["src/parser.c:88:5: error: implicit declaration of function 'yylex'"]
+    build += [f"sshd[{800 + i}]: session opened for user deploy{i}" for i in range(8)]
+    prose = [
+        "The parser reads the grammar in two passes, and",
+        "the second pass resolves every forward reference",
+        "before the code generator runs.",
+    ]
+    async with serve(tmp_path, chunk_tokens=800) as c:
+        await ok(c, "doc_ingest", text="\n".join([*build, "", *prose]), doc_id="build")
+        for query, first, last in (
+            ("yylex", 9, 9),
+            ("mod3", 4, 4),
+            ("deploy5", 23, 23),
+            ("forward reference", 27, 29),
+        ):
+            _, data = await ok(c, "doc_search", query=query, doc_id="build", budget_tokens=1500)
+            shown = [p for h in data["hits"] for p in h["passages"]]
+            hit = next(p for p in shown if query.split()[0] in p["text"])
+            assert (hit["first_line"], hit["last_line"]) == (first, last), (query, hit)
+
+
+@pytest.mark.anyio
 async def test_an_extractive_summary_of_russian_text_is_not_empty(tmp_path: Path) -> None:
     said = ["Сервер перезагрузился ночью.", "База данных не отвечала.", "Погода хорошая."]
     async with serve(tmp_path) as c:
