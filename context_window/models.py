@@ -79,6 +79,7 @@ class Packed:
     omitted: int
     budget: int
     unlisted: bool = False  # the walk reached the items not listed (see pack's ``beyond``)
+    repeats: int = 0  # items left out, not in ``omitted``: each the same as one chosen
 
 
 @dataclass(frozen=True)

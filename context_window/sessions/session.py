@@ -461,8 +461,8 @@ class Session:
         entries = tuple(chosen.values())
         score_map = {self._state.order[i]: round(float(scores[i]), 4) for i in chosen}
         beyond, queried = candidates - len(ranked), bool(query and query.strip())
-        return Recall(
-            entries, candidates, packed, score_map, beyond, searchable, labels,
+        return Recall(  # a repeat of an entry shown is one with it, not another candidate
+            entries, candidates - packed.repeats, packed, score_map, beyond, searchable, labels,
             queried=queried, tagged=bool(asked),
         )  # fmt: skip
 
@@ -480,21 +480,37 @@ class Session:
         The chosen positions in rank order and their labels by id; only the first
         ``listed`` of ``ranked`` are in order (see ``pack``'s ``beyond``)."""
         built: dict[int, tuple[Entry, str]] = {}  # not ranked.tolist(): few are measured
+        shown: set[str] = set()  # the texts chosen, spaces aside
+        repeats: list[int] = []  # those left out as the same text as one chosen
 
-        def measure(k: int) -> int:
+        def measure(k: int) -> int | None:
             entry = self._entry(int(ranked[k]), now)
+            if _said(entry) in shown:
+                repeats.append(k)
+                return None
             text = label(entry, dated) if label is not None else ""
             built[k] = (entry, text)
             return int(costs[k]) + (self.counter.count(text) if text else 0)
 
+        def taken(k: int) -> None:
+            shown.add(_said(built[k][0]))
+
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
         beyond = int(costs[listed:].min()) if listed < len(costs) else None
-        room = budget - reserve
-        packed = pack(costs[:listed], room, exact=measure, overshoot=PACK_OVERSHOOT, beyond=beyond)
+        packed = pack(
+            costs[:listed],
+            budget - reserve,
+            exact=measure,
+            taken=taken,
+            overshoot=PACK_OVERSHOOT,
+            beyond=beyond,
+        )
         chosen = {int(ranked[k]): built[k][0] for k in packed.items}
         labels = {built[k][0].id: built[k][1] for k in packed.items}
-        used, omitted = packed.used_tokens + reserve, len(ranked) - len(packed.items)
-        return chosen, replace(packed, used_tokens=used, budget=budget, omitted=omitted), labels
+        used, n = packed.used_tokens + reserve, len(repeats)
+        omitted = len(ranked) - len(packed.items) - n
+        packed = replace(packed, used_tokens=used, budget=budget, omitted=omitted, repeats=n)
+        return chosen, packed, labels
 
     def _excerpt(
         self,
@@ -511,6 +527,8 @@ class Session:
         left; unchanged if not a word fits."""
         chosen, packed, labels = packing
         entry = self._entry(int(position), now)
+        if _said(entry) in map(_said, chosen.values()):  # a repeat of a pinned one
+            return packing
         head = label(entry, dated) if label is not None else ""
         lines = entry.text.split("\n")
         best = best_line(lines, terms, self._analyzer.terms)
@@ -574,3 +592,8 @@ class Session:
     def updated_at(self) -> float:
         """Last change: the journal's mtime, or the time meta.json says (a rename)."""
         return updated_time(self.journal.path, self.meta)
+
+
+def _said(entry: Entry) -> str:
+    """An entry's text, spaces aside: recall leaves out a repeat of an entry it shows."""
+    return " ".join(entry.text.split())

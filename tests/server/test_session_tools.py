@@ -215,6 +215,33 @@ async def test_an_entry_over_the_budget_is_shown_by_its_best_lines(
         assert "\n[e1]\n…\n  at app.Module1234.run(Module1234.java:1234)\n" in text
 
 
+async def test_recall_shows_a_repeated_entry_once(settings: SettingsFactory) -> None:
+    """A model caught in a loop saves one note again and again: recall shows it once."""
+    decision = "Decision: Postgres 16 for billing, since the ledger needs serializable writes."
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        await ok(c, "context_append", session_id="s", text=decision, pinned=True)
+        for i in range(30):
+            await ok(c, "context_append", session_id="s", text=f"Looked at module {i}: nothing.")
+            if i % 10 == 9:
+                await ok(
+                    c, "context_append", session_id="s", text=f"  {decision}\n", role="decision"
+                )
+        await ok(c, "context_append", session_id="s", text="Postgres pool: 20 connections a pod.")
+        for query in ("postgres", None):
+            args = {"session_id": "s", "budget_tokens": 2000, "query": query}
+            text, data = await ok(c, "context_recall", **{k: v for k, v in args.items() if v})
+            texts = [e["text"].strip() for e in data["entries"]]
+            assert texts.count(decision) == 1 and text.count("Postgres 16") == 1, text
+            assert data["entries"][0]["pinned"] and "Postgres pool: 20 connections a pod." in texts
+            # The repeats count as one with the entry shown: none "did not fit".
+            assert data["omitted"] == 0 and text.startswith(f"{len(texts)} of {len(texts)} ")
+        for budget in range(64, 130, 6):  # room for the pinned one, and in time for more
+            args = {"session_id": "s", "budget_tokens": budget, "query": "serializable"}
+            text, data = await ok(c, "context_recall", **args)
+            assert text.count("Postgres 16") == 1, text  # no excerpt of a repeat either
+
+
 async def test_recall_of_a_query_without_searchable_words_is_not_an_error(
     settings: SettingsFactory,
 ) -> None:
