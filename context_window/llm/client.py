@@ -208,9 +208,10 @@ class LLMClient:
             raise UpstreamError("answer had no choices[0].message") from None
         if content is not None and not isinstance(content, str):
             raise UpstreamError("answer content was not text")
-        text = (content or "").strip()
+        said = (content or "").strip()
+        text = _after_thoughts(said)
         if not text and not allow_empty:
-            raise UpstreamError("empty answer")
+            raise UpstreamError("empty answer" if text == said else _THOUGHTS_ONLY)
         usage = data.get("usage") if isinstance(data, dict) else None
         usage = usage if isinstance(usage, dict) else {}
         model = data.get("model") if isinstance(data, dict) else None
@@ -219,6 +220,21 @@ class LLMClient:
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
             model=model if isinstance(model, str) and model else self._model,
         )
+
+
+_THOUGHTS_ONLY = (
+    "the model only reasoned (its <think> block did not close within max_tokens): load a "
+    "model that answers without reasoning, or turn reasoning off in the model server"
+)
+
+
+def _after_thoughts(text: str) -> str:
+    """A reasoning model's answer without its thoughts: what follows ``</think>`` (the chat
+    template may have opened the block itself); nothing while the block is still open."""
+    _, closed, answer = text.partition("</think>")
+    if closed:
+        return answer.strip()
+    return "" if text.startswith("<think>") else text
 
 
 def _model_ids(data: Any) -> list[str]:

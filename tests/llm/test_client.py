@@ -148,6 +148,27 @@ async def test_empty_allowed_when_asked(fake: FakeOpenAI) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_reasoning_models_thoughts_are_no_part_of_the_answer(fake: FakeOpenAI) -> None:
+    answers = iter(
+        [
+            "<think>\nThe user wants a summary.\n</think>\n\nThe build failed on libfoo.",
+            "The template opened the block.\n</think>\nThe build failed on libfoo.",
+            "The build failed on libfoo.",  # no reasoning: kept as it is
+            "<think>\nLet me think about the notes one by one. First",  # cut at max_tokens
+            "<think>\nThe calibration prompt is short",
+        ]
+    )
+    fake.state.reply = lambda _messages: next(answers)
+    async with LLMClient(fake.base_url, cooldown=0.0) as client:  # each call goes out
+        for _ in range(3):
+            assert (await client.chat(HELLO, max_tokens=50)).text == "The build failed on libfoo."
+        with pytest.raises(UpstreamError, match=r"only reasoned .* turn reasoning off"):
+            await client.chat(HELLO, max_tokens=50)
+        result = await client.chat(HELLO, max_tokens=1, allow_empty=True)
+    assert result.text == "" and result.prompt_tokens is not None
+
+
+@pytest.mark.anyio
 async def test_missing_usage_is_none_not_an_error(fake: FakeOpenAI) -> None:
     fake.state.mode = "no_usage"
     async with LLMClient(fake.base_url) as client:

@@ -316,6 +316,21 @@ async def test_llm_answer_is_truncated_to_target(fake: FakeOpenAI, counter: Toke
 
 
 @pytest.mark.anyio
+async def test_a_reasoning_model_summarizes_without_its_thoughts(
+    fake: FakeOpenAI, counter: TokenCounter
+) -> None:
+    think = "<think>\n" + "Let me read the notes one by one. " * 60
+    fake.state.reply = lambda messages: f"{think}</think>\n\nThe linker fails on libfoo."
+    async with LLMClient(fake.base_url) as client:
+        summary = await Summarizer(counter, client).summarize(PROSE, 60)
+        assert (summary.method, summary.text) == ("llm", "The linker fails on libfoo.")
+        fake.state.reply = lambda messages: think  # max_tokens ran out while it thought
+        summary = await Summarizer(counter, client).summarize(PROSE, 60)
+    assert summary.method == "extractive" and "<think>" not in summary.text
+    assert summary.reason.startswith("LLM unavailable: the model only reasoned")
+
+
+@pytest.mark.anyio
 async def test_map_reduce_over_slices(fake: FakeOpenAI, counter: TokenCounter) -> None:
     text = long_text(250)
     assert counter.count(text) > 6000
