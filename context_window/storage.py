@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-import numpy as np
-
 from context_window.errors import Busy, InvalidInput, StorageError
 
 log = logging.getLogger("context_window.storage")
@@ -44,6 +42,8 @@ def is_valid_id(value: str) -> bool:
 
 def new_id(prefix: str) -> str:
     """A fresh sortable id: ``<prefix><time in ms, base 36><random>``."""
+    import numpy as np  # loaded by the first new id: the server's edge reads ids at start
+
     return f"{prefix}{np.base_repr(int(time.time() * 1000), 36).lower()}{secrets.token_hex(5)}"
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from context_window import errors
 from context_window.errors import ContextWindowError, advised
+from context_window.storage import is_valid_id
 
 log = logging.getLogger("context_window")
 
@@ -125,6 +126,20 @@ def unset_blanks(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str,
         for k, v in arguments.items()
         if k in required or not (v is None or (isinstance(v, str) and not v.strip()))
     }
+
+
+def quoted_id(arguments: dict[str, Any]) -> str:
+    """The error for an id sent padded or in quotes, as a model copies one from an answer
+    (``doc_id='d1'``), with the call to make instead; '' when there is none."""
+    for key, value in arguments.items():
+        if isinstance(value, str) and key.endswith("_id") and not is_valid_id(value):
+            bare = value.strip()
+            bare = bare[1:-1] if len(bare) > 2 and bare[0] == bare[-1] in "'\"`" else bare
+            if is_valid_id(bare):
+                return f"invalid {key} {value!r:.80}: an id holds no quotes or spaces. " + (
+                    f"Call again with {key}={bare!r}"
+                )
+    return ""
 
 
 class VerbatimStrings(FuncMetadata):

@@ -32,6 +32,7 @@ from context_window.server.adapters import (
     guarded,
     ignored_arguments,
     output_schema,
+    quoted_id,
     unset_blanks,
 )
 from context_window.server.document_tools import register_document_tools
@@ -93,6 +94,8 @@ class SlimServer(MCPServer):
             raise MCPError(INVALID_PARAMS, f"unknown tool {name!r:.80}; the tools are: {known}")
         arguments = unset_blanks(arguments or {}, schema)
         ignored = ignored_arguments(name, arguments, schema)
+        if unquoted := quoted_id(arguments):
+            raise ToolError(unquoted + ignored)
         try:
             result = await super().call_tool(name, arguments, context)
         except ToolError as exc:

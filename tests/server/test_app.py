@@ -183,6 +183,26 @@ async def test_an_optional_argument_given_null_is_not_given(settings: SettingsFa
 
 
 @pytest.mark.anyio
+async def test_an_id_padded_or_in_quotes_is_answered_with_the_call_to_make(
+    settings: SettingsFactory,
+) -> None:
+    # A model copies an id from an answer's "doc_id='d1'", quotes included, or pads it.
+    async with Client(build_server(Service(settings()))) as c:
+        await c.call_tool("context_open", {"session_id": "task1"})
+        for sid in ("'task1'", '"task1"', "`task1`", " task1\n"):
+            result = await c.call_tool("context_recall", {"session_id": sid, "pin": True})
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert result.is_error and text.startswith(f"invalid session_id {sid!r}: "), text
+            assert "Call again with session_id='task1'\n(ignored 'pin'" in text  # and why
+        for bad in ("'task1", "'task 1'", "''"):  # no id inside: the rule, not a call
+            result = await c.call_tool("context_recall", {"session_id": bad})
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert result.is_error and "Call again" not in text and repr(bad) in text
+        result = await c.call_tool("doc_search", {"query": "x", "doc_id": "`spec`"})
+        assert "Call again with doc_id='spec'" in result.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
 async def test_a_string_argument_that_reads_as_json_stays_a_string(
     settings: SettingsFactory,
 ) -> None:
