@@ -241,7 +241,8 @@ def _decode(
     except UnicodeDecodeError as exc:
         start = at - pending + exc.start
         around = exc.object[max(0, exc.start - 2048) : exc.start + 2048]
-        raise not_utf8(what, start, around, exc.object[:16] if at == 0 else b"") from None
+        cut = at - start if final else 0  # only a character left unfinished fails at the end
+        raise not_utf8(what, start, around, exc.object[:16] if at == 0 else b"", cut) from None
 
 
 def _has_structure(text: str) -> bool:

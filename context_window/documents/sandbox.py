@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from context_window.errors import SET_INGEST_ROOT, AccessDenied, InvalidInput, NotFound
+from context_window.wording import plural
 
 NO_ROOTS = "files can be read only under an ingest root, and none is configured"
 _READ_BLOCK = 1 << 22
@@ -215,7 +216,8 @@ def decode_utf8(data: bytes, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         around = data[max(0, exc.start - 2048) : exc.start + 2048]
-        raise not_utf8(what, exc.start, around, data[:16]) from None
+        cut = len(data) - exc.start if exc.reason == _CUT else 0
+        raise not_utf8(what, exc.start, around, data[:16], cut) from None
 
 
 # Files that are not text but hold some, known by their first bytes, and what to run.
@@ -228,10 +230,20 @@ _PACKED = (
 )
 
 
-def not_utf8(what: str, offset: int, around: bytes, head: bytes = b"") -> InvalidInput:
+def not_utf8(
+    what: str, offset: int, around: bytes, head: bytes = b"", cut: int = 0
+) -> InvalidInput:
     """The error for text not UTF-8 at ``offset`` (``head``: the file's first bytes, if
     known): what to run for a compressed file, an archive or a PDF; iconv advice if it
-    looks like text."""
+    looks like text; for text whose last ``cut`` bytes begin a character it lacks, that."""
+    if cut:
+        name = Path(what).name
+        return InvalidInput(
+            f"{what} ends inside a character ({plural(cut, 'byte')} of a UTF-8 character "
+            "the text does not finish), as a file cut at a byte limit or still being written "
+            "does: it is UTF-8 otherwise. Ingest it again once it is whole, or without that "
+            f"part (e.g. head -c -{cut} {name} > whole-{name})"
+        )
     for magic, advice in _PACKED:
         if head.startswith(magic):
             return InvalidInput(f"{what} is " + advice.format(Path(what).name))
@@ -268,4 +280,5 @@ def utf16_error(what: str, data: bytes) -> InvalidInput | None:
     )
 
 
+_CUT = "unexpected end of data"  # a character begun in the last bytes and not finished
 _TEXT_CONTROLS = frozenset(b"\t\n\r\x0c\x1b")  # tab, newlines, form feed, ANSI colours

@@ -166,6 +166,20 @@ async def test_invalid_utf8_names_the_byte_offset(tmp_path: Path, root: Path) ->
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("lines", [3, 40_000])  # read whole, and block by block
+async def test_a_file_cut_inside_a_character_is_named_as_such(
+    tmp_path: Path, root: Path, lines: int
+) -> None:
+    # A CI log cut at a byte limit, or one still being written: UTF-8 but for its end.
+    (root / "cut.log").write_bytes("step ✓ done\n".encode() * lines + "step ✓".encode()[:-1])
+    async with serve(tmp_path, [root]) as c:
+        msg = await refused(c, file_path="cut.log")
+    assert "ends inside a character (2 bytes of a UTF-8 character" in msg
+    assert "head -c -2 cut.log > whole-cut.log" in msg and "iconv" not in msg  # latin1: garbled
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
 async def test_a_binary_file_is_named_as_such_without_the_iconv_advice(
     tmp_path: Path, root: Path
 ) -> None:
