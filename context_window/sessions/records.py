@@ -81,20 +81,28 @@ def check_text(text: str, what: str = "text") -> str:
 
 
 def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
-    """Validated tags, de-duplicated in any case (at most 10, each 1-40 printable characters)."""
+    """Validated tags, de-duplicated in any case (at most 10, each 1-40 printable characters),
+    without a leading ``#``: the mark a label puts before each (``#build``)."""
     if not tags:
         return ()
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"at most {MAX_TAGS} tags, not {len(tags)}")
     out: list[str] = []
     for tag in tags:
-        if not isinstance(tag, str) or not tag.strip() or len(tag) > MAX_TAG_CHARS:
+        bare = tag.strip().lstrip("#").strip() if isinstance(tag, str) else ""
+        if not bare or len(tag) > MAX_TAG_CHARS:
             raise InvalidInput(f"each tag must be 1-{MAX_TAG_CHARS} characters: {tag!r:.60}")
         if not tag.isprintable():
             raise InvalidInput(f"tag {tag!r:.60} has control characters")
-        if tag.strip().casefold() not in (t.casefold() for t in out):  # tags ignore case
-            out.append(tag.strip())
+        if tag_key(bare) not in map(tag_key, out):  # tags ignore case
+            out.append(bare)
     return tuple(out)
+
+
+def tag_key(tag: str) -> str:
+    """What a tag is compared by: any case, and without the ``#`` a label shows it with
+    (which entries saved before it was dropped at append may still hold)."""
+    return tag.lstrip("#").casefold()
 
 
 def updated_time(journal: Path, meta: dict[str, Any]) -> float:

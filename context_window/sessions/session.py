@@ -47,7 +47,7 @@ from context_window.retrieval.analyzer import Analyzer, QueryLimits
 from context_window.retrieval.bm25 import best_first, best_line, smooth_neighbours
 from context_window.sessions import snapshot
 from context_window.sessions.compaction import check_pins
-from context_window.sessions.records import check_tags, check_text, updated_time, without
+from context_window.sessions.records import check_tags, check_text, tag_key, updated_time, without
 from context_window.sessions.state import SessionState
 from context_window.storage import new_id
 from context_window.tokens import TokenCounter
@@ -410,7 +410,7 @@ class Session:
         ``reserve`` tokens are the header's."""
         self.refresh()
         asked = check_tags(tags)
-        wanted = {t.casefold() for t in asked}  # a tag in any case
+        wanted = set(map(tag_key, asked))  # a tag in any case
         n = len(self._state.order)
         seqs = np.array(self._state.seqs, dtype=np.float64)
         now = self.clock()

@@ -27,7 +27,7 @@ from context_window.retrieval.analyzer import Analyzer
 from context_window.retrieval.termcount import TermCounter
 from context_window.sessions.index import MemoryIndex
 from context_window.sessions.keys import Keys
-from context_window.sessions.records import entry_problem, patch_problem
+from context_window.sessions.records import entry_problem, patch_problem, tag_key
 from context_window.storage import read_at
 from context_window.tokens import TokenCounter
 
@@ -213,14 +213,14 @@ class Records:
             yield eid, self.at(i)
 
     def tagged(self, wanted: set[str]) -> npt.NDArray[np.bool_]:
-        """Per position: whether the entry has a tag in ``wanted`` (casefolded). Read from
+        """Per position: whether the entry has a tag in ``wanted`` (``tag_key``s). Read from
         the snapshot's tag column and the held records: no record is built."""
         hits = np.zeros(len(self), dtype=np.bool_)
         pos = self._state.pos
         held = ((pos[eid], rec.tags) for eid, rec in self._held.items() if rec.tags)
         columns = self.columns.tags.pairs() if self.columns is not None else ()
         for i, tags in itertools.chain(columns, held):  # tags never change: copies agree
-            hits[i] = any(t.casefold() in wanted for t in tags)
+            hits[i] = any(tag_key(t) in wanted for t in tags)
         return hits
 
     def with_seq(self, seq: int) -> list[str]:

@@ -341,6 +341,24 @@ def test_recall_filters_by_tags_and_limit(session: Session) -> None:
     assert limited.packed.omitted == 0 and limited.beyond_limit == 2
 
 
+def test_a_tag_is_the_same_with_the_hash_a_label_shows_it_with(tmp_path: Path) -> None:
+    """Labels write tags as ``#ops``, and models copy them so; an entry saved with ``#``
+    before it was dropped at append still matches."""
+    session = SessionStore(tmp_path, TokenCounter(0.27)).open("work")[0]
+    a = session.append("deploy the api", tags=["#Ops", "ops", "##release"]).id
+    assert session.get(a).tags == ("Ops", "release")  # no "##Ops" label
+    old = {"kind": "entry", "id": "e-old", "seq": 9, "created_at": 1.0, "role": "note",
+           "text": "an older entry", "tags": ["#ops"], "pinned": False}  # fmt: skip
+    with session.journal.locked():
+        session.journal.write([old])
+    session = SessionStore(tmp_path, TokenCounter(0.27)).open("work")[0]  # a restart
+    for tags in (["ops"], ["#OPS"], ["#release", "docs"]):
+        ids = {e.id for e in session.recall(None, 4000, tags=tags).entries}
+        assert ids == ({a} if "release" in tags[0] else {a, "e-old"}), tags
+    with pytest.raises(InvalidInput, match="1-40"):
+        session.append("a tag of nothing but the mark", tags=["#"])
+
+
 def test_recall_of_a_query_without_searchable_words_shows_the_newest(session: Session) -> None:
     ids = fill(session, TOPICS)
     rec = session.recall("the a of !!", 4000)
