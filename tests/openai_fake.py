@@ -38,6 +38,7 @@ class FakeState:
     overhead: int = 17
     mode: str = ""
     reply: Reply | None = None
+    reasoning: str = ""  # sent as the message's reasoning_content, as servers split it off
     requests: list[Recorded] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -177,7 +178,8 @@ def _completion(state: FakeState, body: dict[str, Any]) -> dict[str, Any]:
             {
                 "index": 0,
                 "finish_reason": "stop",
-                "message": {"role": "assistant", "content": text},
+                "message": {"role": "assistant", "content": text}
+                | ({"reasoning_content": state.reasoning} if state.reasoning else {}),
             }
         ],
     }

@@ -211,7 +211,8 @@ class LLMClient:
         said = (content or "").strip()
         text = _after_thoughts(said)
         if not text and not allow_empty:
-            raise UpstreamError("empty answer" if text == said else _THOUGHTS_ONLY)
+            thought = text != said or message.get("reasoning_content") or message.get("reasoning")
+            raise UpstreamError(_THOUGHTS_ONLY if thought else "empty answer")
         usage = data.get("usage") if isinstance(data, dict) else None
         usage = usage if isinstance(usage, dict) else {}
         model = data.get("model") if isinstance(data, dict) else None
@@ -223,7 +224,7 @@ class LLMClient:
 
 
 _THOUGHTS_ONLY = (
-    "the model only reasoned (its <think> block did not close within max_tokens): load a "
+    "the model only reasoned (its thoughts ran to max_tokens, with no answer): load a "
     "model that answers without reasoning, or turn reasoning off in the model server"
 )
 
