@@ -227,13 +227,19 @@ def copy_source(blocks: Iterable[bytes], dest: Path, what: str) -> Copied:
                 probe = tail + text
                 structured = bool(_STRUCTURE_AFTER_NEWLINE.search(probe))
                 tail = probe[-_HEAD:]
-        _decode(decoder, b"", n, what, final=True)
+        pending = len(decoder.getstate()[0])  # a last character begun and not finished
+        _decode(decoder, b"", n, what, final=True, cut=pending if chars < n - pending else 0)
     structured = structured or bool(_STRUCTURE.match(head))
     return Copied(digest.hexdigest(), n, chars, structured, blank)
 
 
 def _decode(
-    decoder: codecs.IncrementalDecoder, block: bytes, at: int, what: str, final: bool = False
+    decoder: codecs.IncrementalDecoder,
+    block: bytes,
+    at: int,
+    what: str,
+    final: bool = False,
+    cut: int = 0,  # (final) bytes of a last character left unfinished by UTF-8 text
 ) -> str:
     pending = len(decoder.getstate()[0])  # bytes of a character begun in the last block
     try:
@@ -241,7 +247,6 @@ def _decode(
     except UnicodeDecodeError as exc:
         start = at - pending + exc.start
         around = exc.object[max(0, exc.start - 2048) : exc.start + 2048]
-        cut = at - start if final else 0  # only a character left unfinished fails at the end
         raise not_utf8(what, start, around, exc.object[:16] if at == 0 else b"", cut) from None
 
 

@@ -216,7 +216,8 @@ def decode_utf8(data: bytes, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         around = data[max(0, exc.start - 2048) : exc.start + 2048]
-        cut = len(data) - exc.start if exc.reason == _CUT else 0
+        utf8 = exc.reason == _CUT and not data[: exc.start].isascii()  # else it may be Latin-1
+        cut = len(data) - exc.start if utf8 else 0
         raise not_utf8(what, exc.start, around, data[:16], cut) from None
 
 
@@ -235,7 +236,8 @@ def not_utf8(
 ) -> InvalidInput:
     """The error for text not UTF-8 at ``offset`` (``head``: the file's first bytes, if
     known): what to run for a compressed file, an archive or a PDF; iconv advice if it
-    looks like text; for text whose last ``cut`` bytes begin a character it lacks, that."""
+    looks like text; for UTF-8 text whose last ``cut`` bytes begin a character it lacks,
+    that (ASCII before them may as well be Latin-1, as ``caf\xe9`` is)."""
     if cut:
         name = Path(what).name
         return InvalidInput(

@@ -90,7 +90,7 @@ def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
     out: list[str] = []
     for tag in tags:
         bare = tag.strip().lstrip("#").strip() if isinstance(tag, str) else ""
-        if not bare or len(tag) > MAX_TAG_CHARS:
+        if not bare or len(bare) > MAX_TAG_CHARS:
             raise InvalidInput(f"each tag must be 1-{MAX_TAG_CHARS} characters: {tag!r:.60}")
         if not tag.isprintable():
             raise InvalidInput(f"tag {tag!r:.60} has control characters")

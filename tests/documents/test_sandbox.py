@@ -172,10 +172,13 @@ async def test_a_file_cut_inside_a_character_is_named_as_such(
 ) -> None:
     # A CI log cut at a byte limit, or one still being written: UTF-8 but for its end.
     (root / "cut.log").write_bytes("step ✓ done\n".encode() * lines + "step ✓".encode()[:-1])
+    (root / "ascii.log").write_bytes(b"step done\n" * lines + b"caf\xe9")  # may be Latin-1
     async with serve(tmp_path, [root]) as c:
         msg = await refused(c, file_path="cut.log")
+        latin1 = await refused(c, file_path="ascii.log")
     assert "ends inside a character (2 bytes of a UTF-8 character" in msg
     assert "head -c -2 cut.log > whole-cut.log" in msg and "iconv" not in msg  # latin1: garbled
+    assert "not valid UTF-8" in latin1 and "iconv -f latin1" in latin1
     nothing_written(tmp_path)
 
 
