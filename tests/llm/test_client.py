@@ -164,11 +164,11 @@ async def test_a_reasoning_models_thoughts_are_no_part_of_the_answer(fake: FakeO
             assert (await client.chat(HELLO, max_tokens=50)).text == "The build failed on libfoo."
         with pytest.raises(UpstreamError, match=r"only reasoned .* turn reasoning off"):
             await client.chat(HELLO, max_tokens=50)
+        result = await client.chat(HELLO, max_tokens=1, allow_empty=True)  # as calibration asks
+        assert result.text == "" and result.prompt_tokens is not None
         fake.state.reply, fake.state.reasoning = lambda _messages: "", "The user wants"
         with pytest.raises(UpstreamError, match=r"only reasoned"):  # the server split it off
             await client.chat(HELLO, max_tokens=50)
-        result = await client.chat(HELLO, max_tokens=1, allow_empty=True)
-    assert result.text == "" and result.prompt_tokens is not None
 
 
 @pytest.mark.anyio

@@ -236,7 +236,7 @@ async def test_recall_shows_a_repeated_entry_once(settings: SettingsFactory) -> 
             assert data["entries"][0]["pinned"] and "Postgres pool: 20 connections a pod." in texts
             # The repeats count as one with the entry shown: none "did not fit".
             assert data["omitted"] == 0 and text.startswith(f"{len(texts)} of {len(texts)} ")
-        for budget in range(64, 130, 6):  # room for the pinned one, and in time for more
+        for budget in range(64, 130, 6):  # room for the pinned one and little more
             args = {"session_id": "s", "budget_tokens": budget, "query": "serializable"}
             text, data = await ok(c, "context_recall", **args)
             assert text.count("Postgres 16") == 1, text  # no excerpt of a repeat either
