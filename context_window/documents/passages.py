@@ -5,7 +5,6 @@ shows them, scored by BM25 plus half their neighbours' scores, with their shapes
 from __future__ import annotations
 
 import bisect
-import math
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -433,13 +432,3 @@ def smooth(groups: Sequence[Group]) -> None:
             if i + 1 < len(ps) and (group.full or p.last + 1 == ps[i + 1].first):
                 near += own[i + 1]
             p.score = own[i] + NEIGHBOUR_WEIGHT * near
-
-
-def idf_of(query: Sequence[str], n_chunks: int, doc_freq: Callable[[str], int]) -> dict[str, float]:
-    """Per query term ``ln(1 + (N - df + 0.5) / (df + 0.5))``: never negative."""
-    out: dict[str, float] = {}
-    for t in set(query):
-        df = doc_freq(t)
-        if df:
-            out[t] = math.log1p((n_chunks - df + 0.5) / (df + 0.5))
-    return out

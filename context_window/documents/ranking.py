@@ -13,12 +13,12 @@ from context_window.documents.passages import (
     Passage,
     Scorer,
     candidate_passages,
-    idf_of,
     smooth,
 )
 from context_window.documents.tables import DocInfo, Tables
 from context_window.models import Hit
 from context_window.retrieval.analyzer import Analyzer
+from context_window.retrieval.bm25 import idf_of
 from context_window.tokens import TokenCounter
 
 CANDIDATE_CHUNKS = 6  # the best chunks whose passages are ranked together (see best_passages)

@@ -88,6 +88,16 @@ def best_line(lines: Sequence[str], query: Iterable[str], terms: Callable[[str],
     weighed by Lucene's idf (never negative); the first on a tie or with no query."""
     wanted = set(query)
     found = [wanted.intersection(terms(line)) for line in lines]
-    df = Counter(t for words in found for t in words)
-    idf = {t: math.log(1 + (len(lines) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
+    idf = idf_of(wanted, len(lines), Counter(t for words in found for t in words).__getitem__)
     return max(range(len(lines)), key=lambda i: (sum(idf[t] for t in found[i]), -i))
+
+
+def idf_of(query: Iterable[str], n_docs: int, doc_freq: Callable[[str], int]) -> dict[str, float]:
+    """Per query term ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, never negative), for
+    the terms some document holds."""
+    out: dict[str, float] = {}
+    for t in set(query):
+        df = doc_freq(t)
+        if df:
+            out[t] = math.log1p((n_docs - df + 0.5) / (df + 0.5))
+    return out
