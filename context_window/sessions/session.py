@@ -481,19 +481,19 @@ class Session:
         ``listed`` of ``ranked`` are in order (see ``pack``'s ``beyond``)."""
         built: dict[int, tuple[Entry, str]] = {}  # not ranked.tolist(): few are measured
         shown: set[str] = set()  # the texts chosen, spaces aside
-        repeats: list[int] = []  # those left out as the same text as one chosen
+        said: dict[int, str] = {}  # each measured one's; those not built are repeats
 
         def measure(k: int) -> int | None:
             entry = self._entry(int(ranked[k]), now)
-            if _said(entry) in shown:
-                repeats.append(k)
+            said[k] = _said(entry)
+            if said[k] in shown:
                 return None
             text = label(entry, dated) if label is not None else ""
             built[k] = (entry, text)
             return int(costs[k]) + (self.counter.count(text) if text else 0)
 
         def taken(k: int) -> None:
-            shown.add(_said(built[k][0]))
+            shown.add(said[k])
 
         costs = np.array(self._state.costs, dtype=np.int64)[ranked] + 1
         beyond = int(costs[listed:].min()) if listed < len(costs) else None
@@ -507,7 +507,7 @@ class Session:
         )
         chosen = {int(ranked[k]): built[k][0] for k in packed.items}
         labels = {built[k][0].id: built[k][1] for k in packed.items}
-        used, n = packed.used_tokens + reserve, len(repeats)
+        used, n = packed.used_tokens + reserve, len(said) - len(built)
         omitted = len(ranked) - len(packed.items) - n
         packed = replace(packed, used_tokens=used, budget=budget, omitted=omitted, repeats=n)
         return chosen, packed, labels
