@@ -16,7 +16,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
 
 from context_window import errors
-from context_window.errors import ContextWindowError, advised
+from context_window.errors import ContextWindowError, InvalidInput, advised
 from context_window.storage import is_valid_id
 
 log = logging.getLogger("context_window")
@@ -136,9 +136,8 @@ def quoted_id(arguments: dict[str, Any]) -> str:
             bare = value.strip()
             bare = bare[1:-1] if len(bare) > 2 and bare[0] == bare[-1] in "'\"`" else bare
             if is_valid_id(bare):
-                return f"invalid {key} {value!r:.80}: an id holds no quotes or spaces. " + (
-                    f"Call again with {key}={bare!r}"
-                )
+                why = f"invalid {key} {value!r:.80}: an id holds no quotes or spaces"
+                return advised(InvalidInput(why, remedy=errors.USE_ID, name=key, id=bare), ADVICE)
     return ""
 
 
