@@ -18,6 +18,7 @@ from context_window.journal import Journal
 from context_window.models import Entry, SessionInfo, SessionStats
 from context_window.retrieval.analyzer import Analyzer
 from context_window.retrieval.bm25 import best_line
+from context_window.sessions.records import searchable
 from context_window.sessions.session import Session
 from context_window.sessions.store import SessionStore
 from context_window.storage import is_valid_id
@@ -137,7 +138,7 @@ class Catalog:
                 hits = [
                     EntryHit(session.id, session.title, e, recall.scores[e.id])
                     for e in recall.entries
-                    if wanted.intersection(analyzer.terms(e.text + " " + " ".join(e.tags)))
+                    if wanted.intersection(analyzer.terms(searchable(e.text, e.tags, e.role)))
                 ]  # recall keeps pinned entries whether or not they match; a search does not
                 hits.sort(key=lambda h: (-h.score, -h.entry.seq))
                 entries += [replace(h, focus=focus(h.entry.text)) for h in hits[:limit]]

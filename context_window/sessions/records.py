@@ -105,6 +105,12 @@ def tag_key(tag: str) -> str:
     return tag.lstrip("#").casefold()
 
 
+def searchable(text: str, tags: Sequence[str], role: str) -> str:
+    """What an entry is found by: its text, its tags and, for a decision, that word (a role
+    naming who spoke would match every turn of that speaker)."""
+    return " ".join([text, *tags, *(["decision"] if role == "decision" else [])])
+
+
 def updated_time(journal: Path, meta: dict[str, Any]) -> float:
     """The later of the journal's mtime and meta's updated_at/created_at."""
     stamps = [time_or_none(meta.get("updated_at")), time_or_none(meta.get("created_at"))]

@@ -46,7 +46,7 @@ log = logging.getLogger("context_window")
 SNAPSHOT = "snapshot.json"
 ARRAYS = "snapshot"  # the arrays' directories: snapshot-<hex>
 LOCK = ".snapshot.lock"  # held while a snapshot is written
-FORMAT = 4  # 4: with the tables of ids and terms (see keys.py)
+FORMAT = 5  # 4: with the tables of ids and terms (see keys.py); 5: decisions indexed
 _FLAGS = ("pinned", "deleted", "superseded")
 
 

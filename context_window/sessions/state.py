@@ -27,7 +27,7 @@ from context_window.retrieval.analyzer import Analyzer
 from context_window.retrieval.termcount import TermCounter
 from context_window.sessions.index import MemoryIndex
 from context_window.sessions.keys import Keys
-from context_window.sessions.records import entry_problem, patch_problem, tag_key
+from context_window.sessions.records import entry_problem, patch_problem, searchable, tag_key
 from context_window.storage import read_at
 from context_window.tokens import TokenCounter
 
@@ -483,7 +483,7 @@ class SessionState:
         if state["expires_at"] is not None:
             self.timed.add(len(self.order) - 1)  # counted per call (see counts); the rest
             # are added to the totals in one step after the records are applied
-        texts.append(text + " " + " ".join(tags))
+        texts.append(searchable(text, tags, state["role"]))
         self.max_seq = max(self.max_seq, seq)
         for old in replaces:
             if old in self.records:

@@ -141,6 +141,17 @@ def test_search_shows_an_entry_from_its_matching_line(
     assert "    a short note on the crash" in out
 
 
+def test_search_finds_decisions_by_the_word(
+    settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = settings()
+    session = Service(s).sessions.open("work")[0]
+    chosen = session.append("link with mold", role="decision").id
+    session.append("the linker is slow")
+    assert cli(s, "search", "decisions", "--json") == 0
+    assert [e["id"] for e in json.loads(capsys.readouterr().out)["entries"]] == [chosen]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

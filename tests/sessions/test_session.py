@@ -895,3 +895,16 @@ def test_a_recall_past_the_first_ranked_matches_keeps_the_full_order(
         assert ids and all(i in ranked for i in ids), budget
     many = s.recall("disk full", 60_000)
     assert len(many.entries) > RANKED_FIRST  # the walk went past the first ones
+
+
+def test_a_decision_is_found_by_the_word_but_a_speaker_is_not(tmp_path: Path) -> None:
+    """A model asks for "the decisions" more often than for their words; who spoke is no
+    search term (every user turn would match "user")."""
+    session = SessionStore(tmp_path, TokenCounter(0.27)).open("work")[0]
+    chosen = session.append("use PostgreSQL for the orders database", role="Decision").id
+    fill(session, ["the user asked about the orders database", "cache misses on login"])
+    session.append("the login page fails", role="user")
+    for s in (session, SessionStore(tmp_path, TokenCounter(0.27)).open("work")[0]):
+        assert [e.id for e in s.recall("decisions", 4000).entries] == [chosen]
+        assert s.recall("decisions about the orders database", 4000).entries[0].id == chosen
+        assert "user" not in {e.role for e in s.recall("user", 4000).entries}

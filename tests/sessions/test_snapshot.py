@@ -245,6 +245,20 @@ def test_a_damaged_snapshot_is_ignored_and_rebuilt(tmp_path: Path, damage: str) 
     assert opened(data).from_snapshot  # the replay saved a good one again
 
 
+def test_a_snapshot_from_before_decisions_were_searchable_is_rebuilt(tmp_path: Path) -> None:
+    """Format 4 indexed no role: its decisions would not match "decision" until rebuilt."""
+    data = tmp_path / "data"
+    build(data)
+    store = SessionStore(data, TokenCounter(0.27), clock=lambda: NOW, snapshot_after=None)
+    decided = store.get("s").append("keep the cache warm", role="decision").id
+    opened(data)
+    _meta_with(data / "sessions" / "s", format=4)
+    again = opened(data)
+    assert again.from_snapshot == 0
+    for s in (again, opened(data)):  # rebuilt, then from the snapshot saved again
+        assert [e.id for e in s.recall("decision", 4000).entries if not e.pinned] == [decided]
+
+
 def test_a_calibrated_ratio_recounts_a_snapshots_tokens(tmp_path: Path) -> None:
     data = tmp_path / "data"
     build(data)
