@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import difflib
+import itertools
 import os
 import stat
 import sys
@@ -61,7 +63,36 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
             continue
         if _inside(real, real_roots):
             return real
-    raise unavailable(file_path, roots)
+    raise unavailable(file_path, roots, _near_names(candidate, real_roots))
+
+
+def _near_names(path: Path, real_roots: Sequence[Path]) -> str:
+    """The files beside a missing ``path`` whose names are near its name (``Build.log`` for
+    ``build.log``), when its folder lies inside a root: nothing outside is ever named."""
+    try:
+        folder = path.parent.resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return ""
+    return _files_in(folder, path.name) if _inside(folder, real_roots) else ""
+
+
+def _files_in(folder: Path, near: str | None = None) -> str:
+    """Some regular files of ``folder`` (those named near ``near``, any case, when given),
+    worded for an error; '' when there are none or it cannot be read."""
+    try:
+        with os.scandir(folder) as found:
+            listed = itertools.islice(found, 10_000)  # a huge folder is not read whole
+            names = sorted(f.name for f in listed if f.is_file(follow_symlinks=False))
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    if near is not None:
+        by_case = {name.casefold(): name for name in names}
+        names = [by_case[n] for n in difflib.get_close_matches(near.casefold(), by_case, 3, 0.8)]
+        return " or ".join(names)
+    more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+    return f"each by its path, as {str(folder / names[0])!r} ({', '.join(names[:6])}{more})"
 
 
 def _as_written(file_path: str) -> Path:
@@ -78,8 +109,9 @@ def _as_written(file_path: str) -> Path:
     return Path(text).expanduser()
 
 
-def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
-    """One answer for a path missing, unresolvable or outside the roots: never an oracle."""
+def unavailable(file_path: str, roots: Sequence[Path], near: str = "") -> NotFound:
+    """One answer for a path missing, unresolvable or outside the roots: never an oracle
+    (``near``: files inside a root with names like the one asked for)."""
     missing = [str(r) for r in roots if not r.is_dir()]
     if len(missing) == len(roots):
         return NotFound(
@@ -92,6 +124,7 @@ def unavailable(file_path: str, roots: Sequence[Path]) -> NotFound:
         f"no readable file {file_path!r:.200} inside the ingest roots "
         f"({', '.join(str(r) for r in roots)}; relative paths are read from {roots[0]}): "
         f"it is missing, or it is outside the ingest roots{gone}"
+        + (f"; did you mean {near}?" if near else "")
     )
 
 
@@ -123,7 +156,11 @@ def open_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> Iterator
     except OSError as exc:
         raise AccessDenied(f"cannot stat {real}: {exc.strerror}") from None
     if not stat.S_ISREG(before.st_mode):
-        raise AccessDenied(f"{real} is {_kind(before.st_mode)}; only regular files can be read")
+        files = _files_in(real) if stat.S_ISDIR(before.st_mode) else ""
+        inside = f"; ingest its files {files}" if files else ""
+        raise AccessDenied(
+            f"{real} is {_kind(before.st_mode)}; only regular files can be read{inside}"
+        )
     if before.st_size > max_bytes:
         raise InvalidInput(_too_big(real, before.st_size, max_bytes))
     fd = _open_beneath(real, roots)

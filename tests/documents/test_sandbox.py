@@ -132,10 +132,38 @@ async def test_a_name_no_file_system_can_hold_is_missing(tmp_path: Path, root: P
 
 
 @pytest.mark.anyio
-async def test_directory_is_refused(tmp_path: Path, root: Path) -> None:
+async def test_directory_is_refused_with_its_files_named(tmp_path: Path, root: Path) -> None:
+    for i in range(8):
+        (root / "sub" / f"part{i}.log").write_text("x\n")
+    (root / "sub" / "inner").mkdir()
     async with serve(tmp_path, [root]) as c:
         msg = await refused(c, file_path="sub")
-    assert "directory" in msg
+        assert msg.endswith(
+            f"is a directory; only regular files can be read; ingest its files each by its "
+            f"path, as {str(root.resolve() / 'sub' / 'deep.txt')!r} (deep.txt, part0.log, "
+            "part1.log, part2.log, part3.log, part4.log and 3 more)"
+        )
+        assert (await refused(c, file_path="sub/inner")).endswith("can be read")  # no files
+    nothing_written(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_missing_file_names_the_files_beside_it_with_a_near_name(
+    tmp_path: Path, root: Path
+) -> None:
+    (tmp_path / "Secret.txt").write_text("outside")
+    (root / "OK.txt.bak").symlink_to(tmp_path / "Secret.txt")  # a link: never offered
+    async with serve(tmp_path, [root]) as c:
+        for path, near in [
+            ("OK.txt", "ok.txt"),
+            ("sub/Deep.text", "deep.txt"),
+            ("ok.tx", "ok.txt"),
+        ]:
+            for given in (path, str(root / path)):
+                said = await refused(c, file_path=given)
+                assert said.endswith(f"; did you mean {near}?"), given
+        for path in ("zebra.txt", "../secret.txt", str(tmp_path / "Secret.tx")):  # far, outside
+            assert "did you mean" not in await refused(c, file_path=path)
     nothing_written(tmp_path)
 
 
