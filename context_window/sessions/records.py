@@ -106,9 +106,10 @@ def tag_key(tag: str) -> str:
 
 
 def searchable(text: str, tags: Sequence[str], role: str) -> str:
-    """What an entry is found by: its text, its tags and, for a decision, that word (a role
-    naming who spoke would match every turn of that speaker)."""
-    return " ".join([text, *tags, *(["decision"] if role == "decision" else [])])
+    """What an entry is found by: its text, its tags and, for a decision, the words that
+    ask for one ("decisions", "what did we decide"); a role naming who spoke would match
+    every turn of that speaker."""
+    return " ".join([text, *tags, *(["decision decided"] if role == "decision" else [])])
 
 
 def updated_time(journal: Path, meta: dict[str, Any]) -> float:

@@ -907,4 +907,5 @@ def test_a_decision_is_found_by_the_word_but_a_speaker_is_not(tmp_path: Path) ->
     for s in (session, SessionStore(tmp_path, TokenCounter(0.27)).open("work")[0]):
         assert [e.id for e in s.recall("decisions", 4000).entries] == [chosen]
         assert s.recall("decisions about the orders database", 4000).entries[0].id == chosen
+        assert s.recall("what did we decide for orders?", 4000).entries[0].id == chosen
         assert "user" not in {e.role for e in s.recall("user", 4000).entries}
