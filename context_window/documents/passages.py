@@ -35,8 +35,9 @@ _SENTENCE = regex.compile(rf".+?(?:(?<=[.!?])\s+(?=\S)|{WIDE_SENTENCE_END}\s*|$)
 # too long breaks after " ", "," or ";"; a sentence is kept whole.
 _ENDED = regex.compile(rf"(?:[.!?][\"')\]\u201d\u2019]*|{WIDE_SENTENCE_END})\s*$")
 _BREAK = re.compile(r"(?<=[\s,;])(?=[^\s,;])")
-# A line that opens with a word in lower case, as a wrapped sentence goes on (not a path).
-_PROSE_START = regex.compile(r"[ \t]*\p{Ll}[\p{L}\p{M}'\u2019-]*(?:[,;:.!?)]*\s|[,;:.!?)]*$)")
+# A line that opens with a word in lower case, as a wrapped sentence goes on (not a path,
+# nor a label such as ``error:``, ``note:``, as compilers and git start their lines).
+_PROSE_START = regex.compile(r"[ \t]*\p{Ll}[\p{L}\p{M}'\u2019-]*(?:[,;.!?)]*\s|[,;.!?)]*$)")
 _NO_DIGITS = str.maketrans("", "", "0123456789")
 
 

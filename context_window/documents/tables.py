@@ -27,6 +27,7 @@ from context_window.documents.checks import (
 from context_window.documents.index import DocIndex
 from context_window.errors import InvalidInput, StorageError
 from context_window.models import Chunk, Count, Reserve
+from context_window.retrieval.analyzer import unstyled
 from context_window.storage import read_at
 from context_window.wording import plural
 
@@ -207,8 +208,9 @@ class Tables:
         """Estimated tokens of every chunk, at the ratio used at ingest."""
         return np.asarray(self.table[:, 2])
 
-    def read(self, first: int, last: int) -> list[Chunk]:
-        """Chunks ``first..last`` from source.txt, each checked against the table."""
+    def read(self, first: int, last: int, styled: bool = False) -> list[Chunk]:
+        """Chunks ``first..last`` from source.txt, each checked against the table, as shown:
+        without colour codes unless ``styled`` (then ``text`` spans ``start..end``)."""
         try:
             if first < 0 or last >= len(self.spans) or last < first:
                 raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")
@@ -221,6 +223,7 @@ class Tables:
                 text = data[s - a : e - a].decode("utf-8")
                 if len(text) != end - start:
                     raise ValueError(f"chunk {i} is {len(text)} characters, not {end - start}")
+                text = text if styled else unstyled(text)
                 chunks.append(Chunk(i, text, tokens, start, end, self.heading(i), line))
         except (OSError, ValueError, IndexError, TypeError) as exc:  # TypeError: a flat table
             raise self.damaged(f"{exc!s:.120}") from exc

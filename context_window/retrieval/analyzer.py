@@ -64,6 +64,11 @@ def plain(text: str) -> str:
     return _ANSI.sub(lambda m: " " * len(m[0]), text) if "\x1b" in text else text
 
 
+def unstyled(text: str) -> str:
+    """``text`` without its ANSI escape sequences: the colours of a terminal, not words."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 def letter_pairs(word: str) -> list[str]:
     """Each pair of neighbouring letters in the word's runs of 3+ Han, kana or Hangul."""
     if word.isascii():

@@ -232,13 +232,29 @@ async def test_search_finds_words_in_any_unicode_form(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_log_in_colour_is_searched_by_its_words(tmp_path: Path) -> None:
-    lines = log_lines(600)  # as a CI log downloaded raw keeps its ANSI colours
+async def test_a_log_in_colour_is_searched_by_its_words_and_shown_without_codes(
+    tmp_path: Path,
+) -> None:
+    """A CI log downloaded raw keeps its ANSI colours: words for the index, noise to a model
+    (each code costs tokens), so answers show the text without them; the copy keeps them."""
+    lines = [f"\x1b[36m[{i:04d}]\x1b[0m \x1b[32mPASS\x1b[0m test_{i}" for i in range(600)]
     lines[100] = "\x1b[1m\x1b[31merror\x1b[0m: linker failed for target \x1b[36mpayments\x1b[0m"
-    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+    shown = "error: linker failed for target payments"
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=20) as c:
         await ok(c, "doc_ingest", text="\n".join(lines), doc_id="ci")
-        text, _ = await ok(c, "doc_search", query="error payments", doc_id="ci")
-        assert text.startswith("1 hit, best first") and f"101: {lines[100]}" in text
+        answers = [
+            await ok(c, "doc_search", query="error payments", doc_id="ci"),
+            await ok(c, "doc_window", doc_id="ci", line=101),
+            await ok(c, "doc_summarize", doc_id="ci", target_tokens=2000),
+            await ok(c, "doc_list"),
+        ]
+        assert answers[0][0].startswith("1 hit, best first") and f"101: {shown}" in answers[0][0]
+        assert f"\n{shown}\n[0101] PASS test_101\n" in answers[1][0]
+        assert "read chunks 0-" in answers[2][0] and "\n[0000] PASS test_0\n" in answers[2][0]
+        assert "[0000] PASS test_0" in answers[3][0]  # its title, from its first line
+        assert not any("\x1b" in json.dumps(a) for a in answers)
+    source = next((tmp_path / "data" / "documents").glob("*/source.txt")).read_text()
+    assert source == "\n".join(lines)
 
 
 @pytest.mark.anyio
@@ -293,6 +309,7 @@ async def test_records_in_lower_case_are_lines_and_wrapped_prose_is_a_paragraph(
 ) -> None:
     build = [f"cc -O2 -c src/mod{i}.c -o build/mod{i}.o" for i in range(16)]
     build[8:8] = ["src/parser.c:88:5: error: implicit declaration of function 'yylex'"]
+    build += ["error: ld returned 1 exit status"]  # a label, as git and cargo start lines
     build += [f"sshd[{800 + i}]: session opened for user deploy{i}" for i in range(8)]
     prose = [
         "The parser reads the grammar in two passes, and",
@@ -304,8 +321,9 @@ async def test_records_in_lower_case_are_lines_and_wrapped_prose_is_a_paragraph(
         for query, first, last in (
             ("yylex", 9, 9),
             ("mod3", 4, 4),
-            ("deploy5", 23, 23),
-            ("forward reference", 27, 29),
+            ("returned", 18, 18),
+            ("deploy5", 24, 24),
+            ("forward reference", 28, 30),
         ):
             _, data = await ok(c, "doc_search", query=query, doc_id="build", budget_tokens=1500)
             shown = [p for h in data["hits"] for p in h["passages"]]
