@@ -33,7 +33,7 @@ from context_window.documents.reingest import carry_cursors, chunk_settings, com
 from context_window.documents.sandbox import open_file
 from context_window.documents.tables import DocInfo, Ingested, Kept
 from context_window.errors import REINGEST, InvalidInput, NotFound, StorageError
-from context_window.retrieval.analyzer import unstyled
+from context_window.retrieval.analyzer import readable
 from context_window.storage import (
     check_id,
     new_id,
@@ -109,7 +109,7 @@ def ingest(
     def write(work: Path, spec: BuildSpec) -> None:
         build(work, spec, holder, progress)
 
-    named = first_line(unstyled(text[:4000]))
+    named = first_line(readable(text[:4000]))
     source = _Source(INLINE_SOURCE, named, store.max_chars, None, None, digest, size)
     return _ingest(store, source, title, doc_id, rechunk, write, started)
 

@@ -21,7 +21,7 @@ from context_window.errors import StorageError
 from context_window.journal import Journal
 from context_window.llm.summaries import Summarizer
 from context_window.models import Chunk, Summary
-from context_window.retrieval.analyzer import unstyled
+from context_window.retrieval.analyzer import readable
 from context_window.storage import unwritable
 
 DIRECT_TOKENS = 12_000
@@ -65,7 +65,7 @@ def source_text(store: DocumentStore, doc: DocInfo, first: int, last: int) -> tu
     total = int(tokens.sum())
     count = last - first + 1
     if total <= DIRECT_TOKENS:
-        text = unstyled(joined(tables.read(first, last, styled=True)))  # joined by offsets
+        text = readable(joined(tables.read(first, last, styled=True)))  # joined by offsets
         return text, f"read chunks {first}-{last} whole"
     per_chunk = max(1, int(np.median(tokens)))
     want = max(2, min(count, DIRECT_TOKENS // per_chunk))

@@ -27,7 +27,7 @@ from context_window.documents.checks import (
 from context_window.documents.index import DocIndex
 from context_window.errors import InvalidInput, StorageError
 from context_window.models import Chunk, Count, Reserve
-from context_window.retrieval.analyzer import unstyled
+from context_window.retrieval.analyzer import readable
 from context_window.storage import read_at
 from context_window.wording import plural
 
@@ -223,7 +223,7 @@ class Tables:
                 text = data[s - a : e - a].decode("utf-8")
                 if len(text) != end - start:
                     raise ValueError(f"chunk {i} is {len(text)} characters, not {end - start}")
-                text = text if styled else unstyled(text)
+                text = text if styled else readable(text)
                 chunks.append(Chunk(i, text, tokens, start, end, self.heading(i), line))
         except (OSError, ValueError, IndexError, TypeError) as exc:  # TypeError: a flat table
             raise self.damaged(f"{exc!s:.120}") from exc

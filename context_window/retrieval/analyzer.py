@@ -18,11 +18,13 @@ import regex
 import Stemmer
 
 from context_window.errors import InvalidInput
+from context_window.wording import plural
 
 _WORD = regex.compile(r"[\w$]+")
 # An ANSI escape sequence (a CI log's colours: "\x1b[31merror\x1b[0m") is no part of a word.
 ANSI_ESCAPE = r"\x1b\[[0-?]*[ -/]*[@-~]"
 _ANSI = regex.compile(ANSI_ESCAPE)
+_ZEROS = regex.compile("\x00+")
 # Han, kana and Hangul write words without spaces between them: each pair of letters
 # in such a run is a term too, as Lucene's CJK bigrams make them ("数据" in "数据库连接").
 _CJK_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{3,}")
@@ -64,9 +66,14 @@ def plain(text: str) -> str:
     return _ANSI.sub(lambda m: " " * len(m[0]), text) if "\x1b" in text else text
 
 
-def unstyled(text: str) -> str:
-    """``text`` without its ANSI escape sequences: the colours of a terminal, not words."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
+def readable(text: str) -> str:
+    """``text`` as answers show it: without the colour codes of a terminal, and each run of
+    zero bytes (a crash leaves blocks of them in a log) named by its length, not sent."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\x00" in text:
+        text = _ZEROS.sub(lambda m: f"[{plural(len(m[0]), 'zero byte')}]", text)
+    return text
 
 
 def letter_pairs(word: str) -> list[str]:

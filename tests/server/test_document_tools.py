@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -253,6 +254,29 @@ async def test_a_log_in_colour_is_searched_by_its_words_and_shown_without_codes(
         assert "read chunks 0-" in answers[2][0] and "\n[0000] PASS test_0\n" in answers[2][0]
         assert "[0000] PASS test_0" in answers[3][0]  # its title, from its first line
         assert not any("\x1b" in json.dumps(a) for a in answers)
+    source = next((tmp_path / "data" / "documents").glob("*/source.txt")).read_text()
+    assert source == "\n".join(lines)
+
+
+@pytest.mark.anyio
+async def test_a_block_of_zero_bytes_in_a_log_is_named_not_sent(tmp_path: Path) -> None:
+    """A crash leaves a block of zero bytes in a log, and the next line is written after
+    it: answers name the block by its size; the stored copy keeps every byte."""
+    lines = [f"Dec 10 06:{i // 60:02d}:{i % 60:02d} kernel: event {i} ok" for i in range(300)]
+    lines[150] = "\x00" * 20_000 + lines[150]
+    async with serve(tmp_path, chunk_tokens=200, chunk_overlap=0) as c:
+        await ok(c, "doc_ingest", text="\n".join(lines), doc_id="crash")
+        said = [
+            (await ok(c, "doc_search", query="event 150", doc_id="crash"))[0],
+            *[(await ok(c, "doc_window", doc_id="crash", budget_tokens=4000))[0] for _ in range(9)],
+        ]
+        assert (
+            "\n151: [" in said[0] and " zero bytes]Dec 10 06:02:30 kernel: event 150 ok" in said[0]
+        )
+        windows = "".join(said[1:])
+        assert "event 299 ok" in windows and not any("\x00" in t for t in said)
+        blocks = [int(n.replace(",", "")) for n in re.findall(r"\[([\d,]+) zero bytes\]", windows)]
+        assert sum(blocks) == 20_000  # each chunk names its part of the block
     source = next((tmp_path / "data" / "documents").glob("*/source.txt")).read_text()
     assert source == "\n".join(lines)
 
