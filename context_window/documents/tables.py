@@ -209,8 +209,8 @@ class Tables:
         return np.asarray(self.table[:, 2])
 
     def read(self, first: int, last: int, styled: bool = False) -> list[Chunk]:
-        """Chunks ``first..last`` from source.txt, each checked against the table, as shown:
-        without colour codes unless ``styled`` (then ``text`` spans ``start..end``)."""
+        """Chunks ``first..last`` from source.txt, each checked against the table, as
+        answers show them (``readable``) unless ``styled`` (then ``text`` is ``start..end``)."""
         try:
             if first < 0 or last >= len(self.spans) or last < first:
                 raise IndexError(f"chunks {first}..{last} of {len(self.spans)}")
