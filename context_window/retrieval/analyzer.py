@@ -67,8 +67,11 @@ def plain(text: str) -> str:
 
 
 def readable(text: str) -> str:
-    """``text`` as answers show it: without the colour codes of a terminal, and each run of
-    zero bytes (a crash leaves blocks of them in a log) named by its length, not sent."""
+    """``text`` as answers show it: without the colour codes of a terminal or the ``\r`` of
+    Windows line ends, and each run of zero bytes (a crash leaves blocks of them in a log)
+    named by its length, not sent."""
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\x00" in text:

@@ -89,12 +89,14 @@ def test_a_file_ingest_equals_an_inline_one(tmp_path: Path, bom: str) -> None:
     inline = store.ingest(text=text, doc_id="t").doc
     assert from_file.sha256 == inline.sha256 == hashlib.sha256(text.encode()).hexdigest()
     assert (from_file.chars, from_file.chunks) == (inline.chars, inline.chunks)
-    a = store.read_chunks(from_file, 0, from_file.chunks - 1)
-    b = store.read_chunks(inline, 0, inline.chunks - 1)
+    a = store.tables(from_file).read(0, from_file.chunks - 1, styled=True)
+    b = store.tables(inline).read(0, inline.chunks - 1, styled=True)
     assert [(c.start, c.end, c.text, c.line) for c in a] == [
         (c.start, c.end, c.text, c.line) for c in b
     ]
     assert all(c.text == text[c.start : c.end] for c in a)  # "\r\n" kept: offsets hold
+    shown = store.read_chunks(inline, 0, inline.chunks - 1)  # as answers show them
+    assert [c.text for c in shown] == [c.text.replace("\r\n", "\n") for c in a]
     assert a[0].text.startswith("0000 naïve") and a[0].start == len(bom)  # a BOM is no text
     again = store.ingest(file_path="log.txt")  # the same content: reused, nothing left
     assert again.reused and again.duplicate_of in {"f", "t"}
