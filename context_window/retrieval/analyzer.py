@@ -67,7 +67,7 @@ def plain(text: str) -> str:
 
 
 def readable(text: str) -> str:
-    """``text`` as answers show it: without the colour codes of a terminal or the ``\r`` of
+    r"""``text`` as answers show it: without the colour codes of a terminal or the ``\r`` of
     Windows line ends, and each run of zero bytes (a crash leaves blocks of them in a log)
     named by its length, not sent."""
     if "\r\n" in text:
