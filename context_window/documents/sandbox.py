@@ -67,32 +67,28 @@ def resolve_in_roots(file_path: str, roots: Sequence[Path]) -> Path:
 
 
 def _near_names(path: Path, real_roots: Sequence[Path]) -> str:
-    """The files beside a missing ``path`` whose names are near its name (``Build.log`` for
-    ``build.log``), when its folder lies inside a root: nothing outside is ever named."""
+    """The files beside a missing ``path`` whose names are near its name, in any case
+    (``Build.log`` for ``build.log``), when its folder lies inside a root: nothing outside
+    is ever named."""
     try:
         folder = path.parent.resolve(strict=True)
     except (OSError, RuntimeError, ValueError):
         return ""
-    return _files_in(folder, path.name) if _inside(folder, real_roots) else ""
+    if not _inside(folder, real_roots):
+        return ""
+    by_case = {name.casefold(): name for name in _file_names(folder)}
+    near = difflib.get_close_matches(path.name.casefold(), by_case, 3, 0.8)
+    return " or ".join(by_case[n] for n in near)
 
 
-def _files_in(folder: Path, near: str | None = None) -> str:
-    """Some regular files of ``folder`` (those named near ``near``, any case, when given),
-    worded for an error; '' when there are none or it cannot be read."""
+def _file_names(folder: Path) -> list[str]:
+    """The regular files of ``folder``, sorted ([] when it cannot be read)."""
     try:
         with os.scandir(folder) as found:
             listed = itertools.islice(found, 10_000)  # a huge folder is not read whole
-            names = sorted(f.name for f in listed if f.is_file(follow_symlinks=False))
+            return sorted(f.name for f in listed if f.is_file(follow_symlinks=False))
     except OSError:
-        return ""
-    if not names:
-        return ""
-    if near is not None:
-        by_case = {name.casefold(): name for name in names}
-        names = [by_case[n] for n in difflib.get_close_matches(near.casefold(), by_case, 3, 0.8)]
-        return " or ".join(names)
-    more = f" and {len(names) - 6} more" if len(names) > 6 else ""
-    return f"each by its path, as {str(folder / names[0])!r} ({', '.join(names[:6])}{more})"
+        return []
 
 
 def _as_written(file_path: str) -> Path:
@@ -156,8 +152,14 @@ def open_file(file_path: str, roots: Sequence[Path], max_bytes: int) -> Iterator
     except OSError as exc:
         raise AccessDenied(f"cannot stat {real}: {exc.strerror}") from None
     if not stat.S_ISREG(before.st_mode):
-        files = _files_in(real) if stat.S_ISDIR(before.st_mode) else ""
-        inside = f"; ingest its files {files}" if files else ""
+        names = _file_names(real) if stat.S_ISDIR(before.st_mode) else []
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        inside = (
+            f"; ingest its files each by its path, as {str(real / names[0])!r} "
+            f"({', '.join(names[:6])}{more})"
+            if names
+            else ""
+        )
         raise AccessDenied(
             f"{real} is {_kind(before.st_mode)}; only regular files can be read{inside}"
         )
