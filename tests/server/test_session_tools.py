@@ -7,21 +7,25 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import client
+from conftest import SettingsFactory, client
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
+from reliability.support import FixedClock as Clock
 
 from context_window.config import Settings
 from context_window.models import MAX_LIST_LIMIT
+from context_window.server.app import build_server
+from context_window.service import Service
+from context_window.sessions.session import FOLD_TOKENS
 from context_window.tokens import TokenCounter, estimate
 
 pytestmark = pytest.mark.anyio
-SettingsFactory = Callable[..., Settings]
 
 SESSION_TOOLS = {
     "context_open",
@@ -572,3 +576,209 @@ async def test_counts_in_the_answers_have_thousands_separators(settings: Setting
     counts = [n for pair in found for n in pair if n]
     assert sum(int(n.replace(",", "")) >= 1000 for n in counts) >= 14, counts
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", n) for n in counts), counts
+
+
+# ----------------------------------------------------------------------
+# ttl_days through a real mcp.Client on a fixed clock: expired entries leave recall, not log.
+
+DAY = 86_400.0
+
+
+@asynccontextmanager
+async def clocked(settings: Settings, clock: Clock) -> AsyncIterator[Client]:
+    service = Service(settings, clock=clock)
+    try:
+        async with Client(build_server(service)) as c:
+            yield c
+    finally:
+        await service.aclose()
+
+
+async def test_expired_entries_leave_recall_and_counts_but_stay_in_the_log(
+    settings: SettingsFactory,
+) -> None:
+    clock, s = Clock(), settings()
+    async with clocked(s, clock) as c:
+        await ok(c, "context_open", session_id="s")
+        _, short = await ok(c, "context_append", session_id="s", text="temp token abc", ttl_days=1)
+        _, pin = await ok(
+            c, "context_append", session_id="s", text="pinned token abc", ttl_days=1, pinned=True
+        )
+        _, keep = await ok(c, "context_append", session_id="s", text="lasting token abc")
+        _, rec = await ok(c, "context_recall", session_id="s", query="token")
+        assert len(rec["entries"]) == 3
+        (entry,) = [e for e in rec["entries"] if e["id"] == short["entry_id"]]
+        assert entry["expires_at"] == clock.now + DAY and not entry.get("expired")
+
+        clock.now += DAY  # expiry is inclusive: at expires_at the entry is gone
+        _, rec = await ok(c, "context_recall", session_id="s", query="token")
+        assert [e["id"] for e in rec["entries"]] == [pin["entry_id"], keep["entry_id"]]
+        _, rec = await ok(c, "context_recall", session_id="s", include_superseded=True)
+        assert short["entry_id"] not in {e["id"] for e in rec["entries"]}
+        text, st = await ok(c, "context_status", session_id="s")
+        assert (st["live"], st["expired"], st["total"]) == (2, 1, 3)
+        assert "1 expired" in text
+        # Unpinning an entry whose time is up lets it expire; pinning brings it back.
+        await ok(c, "context_update", session_id="s", entry_id=pin["entry_id"], pinned=False)
+        _, st = await ok(c, "context_status", session_id="s")
+        assert (st["live"], st["expired"]) == (1, 2)
+        await ok(c, "context_update", session_id="s", entry_id=short["entry_id"], pinned=True)
+        _, rec = await ok(c, "context_recall", session_id="s", query="temp")
+        assert [e["id"] for e in rec["entries"]] == [short["entry_id"]]
+    log = (s.data_dir / "sessions" / "s" / "entries.jsonl").read_text()
+    assert log.count('"expires_at"') == 2 and "temp token abc" in log
+
+
+async def test_expired_entries_are_not_compacted(settings: SettingsFactory) -> None:
+    clock = Clock()
+    async with clocked(settings(), clock) as c:
+        await ok(c, "context_open", session_id="s")
+        for i in range(4):
+            await ok(c, "context_append", session_id="s", text=f"old note {i}", ttl_days=0.5)
+        for i in range(3):
+            await ok(c, "context_append", session_id="s", text=f"new note {i}")
+        clock.now += DAY
+        _, data = await ok(c, "context_compact", session_id="s", keep_recent=0)
+        assert data["folded"] == 3
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 36_501, "soon"])
+async def test_bad_ttl_is_refused_and_nothing_is_written(
+    settings: SettingsFactory, ttl: object
+) -> None:
+    s = settings()
+    async with clocked(s, Clock()) as c:
+        await ok(c, "context_open", session_id="s")
+        msg = await error(c, "context_append", session_id="s", text="x", ttl_days=ttl)
+        assert "ttl_days" in msg
+    log = s.data_dir / "sessions" / "s" / "entries.jsonl"
+    assert not log.exists() or log.read_bytes() == b""
+
+
+async def test_library_ttl_limits(settings: SettingsFactory) -> None:
+    session = Service(settings()).sessions.open("s")[0]
+    for bad in (0.0, float("nan"), float("inf"), 40_000.0):
+        with pytest.raises(Exception, match="ttl_days"):
+            session.append("x", ttl_days=bad)
+    assert session.stats().total == 0
+
+
+# ----------------------------------------------------------------------
+# Compactions through a real mcp.Client: ids, kept facts, include_superseded, undo and redo.
+
+
+async def test_compaction_keeps_lost_facts_and_can_be_undone(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        ids = [(await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"] for t in LONG]
+        text, data = await ok(
+            c, "context_compact", session_id="s", keep_recent=2, target_tokens=300
+        )
+        cid = data["compaction_id"]
+        assert cid and data["folded"] == 10
+        # Every path and ticket of the folded notes survives in the live summary.
+        kept = data["kept_facts"]
+        assert kept and data["facts_not_kept"] == 0
+        assert f"appended {len(kept)} to it: {'; '.join(kept[:30])}" in text
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        summary = next(e for e in rec["entries"] if e["id"] == cid)
+        ref = summary["ref"]  # the short name the text gives, which every tool takes
+        assert re.fullmatch(r"s\d+", ref) and f"context_uncompact(compaction_id={ref!r})" in text
+        for i in range(10):
+            assert f"/srv/app/{i}/config.yaml" in summary["text"]
+            assert f"CW-{100 + i}" in summary["text"] and f"limit_{i}" in summary["text"]
+        assert summary["replaces"] == ids[:10]
+        # Recall finds a fact only the appended list carries, through the summary.
+        _, hit = await ok(c, "context_recall", session_id="s", query="limit_7", limit=1)
+        assert [e["id"] for e in hit["entries"]] == [cid]
+        # include_superseded shows the originals, each naming the summary that folded it.
+        text, rec = await ok(
+            c, "context_recall", session_id="s", budget_tokens=100_000, include_superseded=True
+        )
+        originals = {e["id"]: e for e in rec["entries"] if e.get("superseded")}
+        assert sorted(originals) == sorted(ids[:10])
+        assert all(e["replaced_by"] == [cid] for e in originals.values())
+        assert f"(superseded by {cid})" in text
+
+        text, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=ref)
+        assert undo["restored"] == ids[:10] and undo["compaction_id"] == ref  # as given
+        assert text.startswith(f"Undid compaction {ref}: 10 entries live again")
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        # Live again, in their places (newest first, as recall shows them); no summary.
+        assert [e["id"] for e in rec["entries"]] == ids[::-1]
+        assert not any(e.get("superseded") for e in rec["entries"])
+        # Undoing twice is an error that says how to redo instead.
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=cid)
+        assert "already undone" in msg and "delete=false" in msg
+        # Redo: restoring the retired summary folds the originals again.
+        await ok(c, "context_update", session_id="s", entry_id=cid, delete=False)
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert [e["id"] for e in rec["entries"]] == [cid, *ids[10:]][::-1]
+
+
+async def test_uncompact_refuses_what_it_cannot_undo(settings: SettingsFactory) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="s")
+        ids = [(await ok(c, "context_append", session_id="s", text=t))[1]["entry_id"] for t in LONG]
+        _, first = await ok(c, "context_compact", session_id="s", keep_recent=6)
+        _, second = await ok(c, "context_compact", session_id="s", keep_recent=2)
+        inner, outer = first["compaction_id"], second["compaction_id"]
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=inner)
+        assert f"folded into {outer}" in msg and f"compaction_id={outer!r}" in msg
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id=ids[0])
+        assert f"no compaction {ids[0]!r}" in msg
+        msg = await error(c, "context_uncompact", session_id="s", compaction_id="nosuch")
+        assert "no compaction 'nosuch'" in msg
+        # Outer first, then inner: every original is live again.
+        await ok(c, "context_uncompact", session_id="s", compaction_id=outer)
+        _, undo = await ok(c, "context_uncompact", session_id="s", compaction_id=inner)
+        assert undo["restored"] == ids[:6]
+        _, rec = await ok(c, "context_recall", session_id="s", budget_tokens=100_000)
+        assert [e["id"] for e in rec["entries"]] == ids[::-1]
+
+
+async def test_an_undo_survives_a_restart(settings: SettingsFactory, tmp_path: Path) -> None:
+    s = settings()
+    async with client(s) as c:
+        await ok(c, "context_open", session_id="s")
+        for t in LONG[:6]:
+            await ok(c, "context_append", session_id="s", text=t)
+        _, data = await ok(c, "context_compact", session_id="s", keep_recent=1)
+        await ok(c, "context_uncompact", session_id="s", compaction_id=data["compaction_id"])
+    fresh = Service(s).sessions.get("s")
+    assert len(fresh.entries()) == 6 and fresh.stats().live == 6
+    retired = fresh.get(data["compaction_id"])
+    assert retired.deleted and not retired.live
+
+
+async def test_a_compaction_folds_one_bounded_batch_oldest_first(settings: SettingsFactory) -> None:
+    # 60 notes of ~1,000 tokens: more than one compaction may fold. Each call folds the
+    # oldest notes up to FOLD_TOKENS and says how many foldable notes wait; the next
+    # call takes them (with the first summary, the oldest live entry by then).
+    note = "step {i}: " + " ".join(f"word{k} value{k * 7}" for k in range(330))
+    async with client(settings(budget=10_000)) as c:
+        await ok(c, "context_open", session_id="big")
+        ids = []
+        for i in range(60):
+            ids.append((await ok(c, "context_append", session_id="big", text=note.format(i=i)))[1])
+        sizes = [d["tokens"] for d in ids]
+        assert min(sizes) > 900
+        text, dry = await ok(c, "context_compact", session_id="big", keep_recent=5, dry_run=True)
+        batch = dry["folded"]
+        assert sum(sizes[:batch]) <= FOLD_TOKENS < sum(sizes[: batch + 1])
+        assert dry["left"] == 55 - batch and f"{dry['left']} more foldable entries" in text
+        text, first = await ok(c, "context_compact", session_id="big", keep_recent=5)
+        assert (first["folded"], first["left"]) == (batch, dry["left"])
+        assert "call context_compact again" in text
+        _, rec = await ok(
+            c, "context_recall", session_id="big", budget_tokens=1_000_000, include_superseded=True
+        )
+        folded = {e["id"] for e in rec["entries"] if e.get("superseded")}
+        assert folded == {d["entry_id"] for d in ids[:batch]}  # the oldest, and only they
+        rounds = 1
+        while first["left"]:
+            _, first = await ok(c, "context_compact", session_id="big", keep_recent=5)
+            rounds += 1
+        assert rounds >= 2
+        _, status = await ok(c, "context_status", session_id="big")
+        assert status["live"] == 6 and status["superseded"] == 55 + rounds - 1  # nothing lost

@@ -11,14 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from server.test_document_tools import error, ok, serve
 
 from context_window.documents.build import SEGMENT_CHARS
 from context_window.documents.cursors import read_cursor, write_cursor
 from context_window.documents.store import DocumentStore
 from context_window.models import Chunk
 from context_window.tokens import TokenCounter
-
-from .test_document_tools import error, ok, serve
 
 LOGHUB = Path("/work/shared/data/loghub")
 pytestmark = pytest.mark.skipif(not LOGHUB.is_dir(), reason="loghub samples not found")

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from server.test_document_tools import ok, serve
 
 from context_window.documents import freshness as docfresh
 from context_window.documents.store import DocumentStore
 from context_window.tokens import TokenCounter
-
-from .test_document_tools import ok, serve
 
 LOG = Path("/work/shared/data/loghub/Zookeeper/Zookeeper_2k.log")
 pytestmark = pytest.mark.skipif(not LOG.is_file(), reason="loghub samples not found")

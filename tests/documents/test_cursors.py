@@ -6,12 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from server.test_document_tools import error, ok, serve
 
 from context_window.documents.cursors import all_cursors, read_cursor, write_cursor
 from context_window.documents.store import DocumentStore
 from context_window.tokens import TokenCounter
-
-from .test_document_tools import error, ok, serve
 
 LOG = Path("/work/shared/data/loghub/HDFS/HDFS_2k.log")
 pytestmark = pytest.mark.skipif(not LOG.is_file(), reason="loghub samples not found")
