@@ -74,7 +74,7 @@ def render_open(o: Opened) -> str:
         lines.extend("  " + preview(e) for e in o.pinned)
     if o.recent:
         lines.append("Latest:")
-        lines.extend("  " + preview(e) for e in o.recent)
+        lines.extend("  " + line for line in _once(o.recent))
     if o.namesakes:  # a model resuming by title makes a new session instead
         n, first = len(o.namesakes), o.namesakes[0]
         who = "Another session has" if n == 1 else f"{n} other sessions have"
@@ -85,6 +85,21 @@ def render_open(o: Opened) -> str:
     tip = advice(stats, budget)
     lines.append(tip or "Next: context_append notes as you work; context_recall with a query.")
     return "\n".join(lines)
+
+
+def _once(entries: list[Entry]) -> list[str]:
+    """A preview of each text's newest copy, spaces aside, naming the older ones: a model
+    that saved a note again (a retry, a loop) sees it once, as recall shows it."""
+    copies: dict[str, list[str]] = {}
+    for e in entries:
+        copies.setdefault(" ".join(e.text.split()), []).append(e.ref)
+    out = []
+    for e in entries:
+        *older, newest = copies[" ".join(e.text.split())]
+        if e.ref == newest:
+            more = f" (+{plural(len(older), 'older copy')}: {', '.join(older)})" if older else ""
+            out.append(preview(e) + more)
+    return out
 
 
 def recall_label(entry: Entry, dated: bool = False) -> str:

@@ -202,10 +202,7 @@ class Session:
         pinned = np.array(sorted(state.pinned_at), dtype=np.intp)
         pins = self._time_ordered_at(pinned[state.masks(now, pinned).live]).tolist()
         latest_ones = self._latest(latest, now).tolist()
-        return (
-            [self._entry(i, now) for i in pins],
-            [self._entry(i, now) for i in latest_ones],
-        )
+        return [self._entry(i, now) for i in pins], [self._entry(i, now) for i in latest_ones]
 
     def _time_ordered_at(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """``positions`` (ascending) in time order, ties by position."""
@@ -258,7 +255,10 @@ class Session:
         check_text(text)
         role = role.casefold() if isinstance(role, str) else role
         if role not in ROLES:
-            raise InvalidInput(f"role must be one of {', '.join(ROLES)}; not {role!r:.40}")
+            raise InvalidInput(
+                f"role must be one of {', '.join(ROLES)}; not {role!r:.40} (a tag carries any "
+                f"other label: tags=[{role!r:.40}])"
+            )
         if ttl_days is not None and not (0 < ttl_days <= MAX_TTL_DAYS and math.isfinite(ttl_days)):
             raise InvalidInput(
                 f"ttl_days must be above 0 and at most {MAX_TTL_DAYS}, not {ttl_days}"

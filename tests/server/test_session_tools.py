@@ -120,6 +120,20 @@ async def test_open_creates_resumes_and_shows_pinned_and_latest(settings: Settin
     assert [e["text"] for e in data["pinned"]] == ["Goal: ship v2"]
 
 
+async def test_open_shows_a_repeated_note_once_naming_its_copies(
+    settings: SettingsFactory,
+) -> None:
+    async with client(settings()) as c:
+        await ok(c, "context_open", session_id="loop")
+        for text in ["Tried the cache fix", "Tried  the cache\nfix", "Build is green"] * 2:
+            await ok(c, "context_append", session_id="loop", text=text)
+        text, _ = await ok(c, "context_open", session_id="loop")
+    latest = text.split("Latest:\n")[1].splitlines()[:-1]
+    assert len(latest) == 2, text  # e4, e5, e6 and e2, e3 (e1 is not among the latest 5)
+    assert latest[0].endswith("Tried the cache fix (+2 older copies: e2, e4)"), latest
+    assert latest[1].startswith("  [e6]") and latest[1].endswith("green (+1 older copy: e3)")
+
+
 async def test_open_without_id_generates_one(settings: SettingsFactory) -> None:
     async with client(settings()) as c:
         _, data = await ok(c, "context_open")
@@ -425,6 +439,11 @@ async def test_list_sessions_pages_filters_and_fits_the_budget(settings: Setting
         ("context_recall", {"session_id": "a/b"}, "invalid session_id"),
         ("context_append", {"session_id": "s", "text": "  "}, "non-empty"),
         ("context_append", {"session_id": "s", "text": "x", "role": "boss"}, "role must be one of"),
+        (
+            "context_append",
+            {"session_id": "s", "text": "x", "role": "Dead_End"},
+            "tags=['dead_end']",
+        ),
         ("context_append", {"session_id": "s", "text": "x", "tags": list("abcdefghijk")}, "10"),
         ("context_recall", {"session_id": "s", "budget_tokens": 3}, "budget_tokens"),
         ("context_update", {"session_id": "s", "entry_id": "e-none", "pinned": True}, "no entry"),
