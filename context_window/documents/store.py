@@ -531,12 +531,16 @@ class DocumentStore:
         stop = n - 1 if last is None else min(last, n - 1)
         room = budget - reserve
         costs = tables.tokens()[start : stop + 1] * self.scale(doc)
-        fits = leading(costs, room)
-        chunks = tables.read(start, start + max(1, fits) - 1)
+        chunks = tables.read(start, start + max(1, leading(costs, room)) - 1)
         if opening is not None:
             chunks[0] = from_line(chunks[0], opening)
-
         kept, used, truncated = fit_chunks(chunks, room, label, self.counter)
+        grow = 1  # stored counts hold colour codes and zero bytes: read on while all fit
+        while not truncated and len(kept) == len(chunks) <= stop - start:
+            more = max(grow, leading(costs[len(chunks) :], room - used))
+            chunks += tables.read(start + len(chunks), min(stop, start + len(chunks) + more - 1))
+            kept, used, truncated = fit_chunks(chunks, room, label, self.counter)
+            grow *= 2
         end = kept[-1].index
         try:
             if move_cursor and session_id is None:

@@ -117,6 +117,18 @@ def test_window_pages_with_a_cursor(store: DocumentStore) -> None:
         store.window("log", doc.chunks)
 
 
+def test_a_window_fills_its_budget_with_chunks_as_shown(store: DocumentStore) -> None:
+    """A chunk's stored count includes a CI log's colour codes, which answers leave out:
+    a window reads on while the next chunk, as shown, fits its budget."""
+    lines = [f"\x1b[36m[{i:04d}]\x1b[0m \x1b[32mPASS\x1b[0m test_{i}" for i in range(2000)]
+    store.ingest(text="\n".join(lines), doc_id="ci")
+    budget = 1000
+    w = store.window("ci", 0, budget=budget, move_cursor=False)
+    assert not w.at_end and not w.truncated and w.used_tokens <= budget
+    (after,) = store.window("ci", w.cursor, w.cursor, budget=10_000, move_cursor=False).chunks
+    assert w.used_tokens + store.counter.count(after.text) + 2 > budget
+
+
 def test_window_truncates_one_oversized_chunk(store: DocumentStore) -> None:
     store.ingest(file_path="build.log", doc_id="log")
     w = store.window("log", 0, budget=20)
