@@ -217,7 +217,7 @@ def _problem(err: Any, spec: dict[str, Any]) -> str:
     if kind in {"literal_error", "enum"}:
         return f"must be one of {', '.join(map(str, spec.get('enum', [])))}".rstrip()
     wanted = spec.get("type")
-    if isinstance(wanted, str) and kind.endswith(("_type", "_parsing")):
+    if isinstance(wanted, str) and kind.endswith(("_type", "_parsing", "_from_float")):
         given = err.get("input")  # words where a list of words goes: show the list to send
         if wanted == "array" and isinstance(given, str) and 0 < len(given) <= 60:
             words = [w.strip() for w in given.split(",") if w.strip()] or [given]

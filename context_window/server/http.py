@@ -331,6 +331,16 @@ def serve_http(app: MCPServer, engine: Engine) -> None:
             f"cannot serve HTTP on host {settings.host!r}: {getattr(exc, 'strerror', exc)} "
             "(--host or CTX_HTTP_HOST chooses another)"
         ) from None
+    host = bare_host(settings.host)
+    try:  # bound as uvicorn binds: a port in use is one line, not uvicorn's exit status 3
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, settings.port))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve HTTP on {url_host(host)}:{settings.port}: {exc.strerror or exc} "
+            "(--port or CTX_HTTP_PORT chooses another)"
+        ) from None
     warning = bind_warning(settings)
     if warning:
         log.warning("%s", warning)

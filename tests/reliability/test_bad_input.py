@@ -354,6 +354,7 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
             calls = {
                 "bounds": ("context_recall", {"session_id": "s", "budget_tokens": 5}),
                 "types": ("context_recall", {"session_id": "s", "budget_tokens": "many"}),
+                "whole": ("context_recall", {"session_id": "s", "budget_tokens": 1500.5}),
                 "two": ("doc_search", {"query": 5, "limit": 0}),
                 "missing": ("context_recall", {}),
                 "item": ("context_append", {"session_id": "s", "text": "t", "tags": [1]}),
@@ -370,7 +371,7 @@ def test_argument_errors_name_each_argument_and_its_rule_on_one_line(tmp_path: P
 
     got = anyio.run(main)
     assert got["bounds"] == "budget_tokens must be between 64 and 1,000,000"
-    assert got["types"] == "budget_tokens must be an integer"
+    assert got["types"] == got["whole"] == "budget_tokens must be an integer"
     assert got["two"].splitlines() == ["query must be a string", "limit must be between 1 and 100"]
     assert got["missing"] == "session_id is required"
     assert got["item"] == "tags.0 must be a string"

@@ -200,12 +200,15 @@ async def test_two_clients_see_each_others_writes(server: Running) -> None:
         assert "shared" in listed
 
 
-def test_port_in_use_exits_non_zero(server: Running, tmp_path: Path) -> None:
+def test_a_port_in_use_is_one_line_naming_it(server: Running, tmp_path: Path) -> None:
     port = server.base.rsplit(":", 1)[1]
     args = ["--no-llm", "--data-dir", str(tmp_path), "--http", "--port", port]
     proc = subprocess.run(server_command(*args), capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "address already in use" in proc.stderr.lower() and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        f"context-window: error: cannot serve HTTP on 127.0.0.1:{port}: Address already in "
+        "use (--port or CTX_HTTP_PORT chooses another)"
+    )
 
 
 @pytest.mark.parametrize("host", ["no-such-host.invalid", "[::1", "local host"])
