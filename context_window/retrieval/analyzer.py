@@ -24,6 +24,11 @@ _WORD = regex.compile(r"[\w$]+")
 # An ANSI escape sequence (a CI log's colours: "\x1b[31merror\x1b[0m") is no part of a word.
 ANSI_ESCAPE = r"\x1b\[[0-?]*[ -/]*[@-~]"
 _ANSI = regex.compile(ANSI_ESCAPE)
+# What answers leave out besides (ECMA-48): a title or link (OSC, DCS …: up to BEL or ST)
+# and a two-character escape (``ESC ( B``, ``ESC =``). The index reads them as it did.
+_ESCAPES = regex.compile(
+    ANSI_ESCAPE + r"|\x1b[\]PX^_][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]"
+)
 _ZEROS = regex.compile("\x00+")
 # Han, kana and Hangul write words without spaces between them: each pair of letters
 # in such a run is a term too, as Lucene's CJK bigrams make them ("数据" in "数据库连接").
@@ -73,7 +78,7 @@ def readable(text: str) -> str:
     if "\r\n" in text:
         text = text.replace("\r\n", "\n")
     if "\x1b" in text:
-        text = _ANSI.sub("", text)
+        text = _ESCAPES.sub("", text)
     if "\x00" in text:
         text = _ZEROS.sub(lambda m: f"[{plural(len(m[0]), 'zero byte')}]", text)
     return text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from context_window.retrieval.analyzer import STOP_WORDS, Analyzer
+from context_window.retrieval.analyzer import STOP_WORDS, Analyzer, plain, readable
 from tests.helpers import fullwidth
 
 # --- tokenizer ----------------------------------------------------------------------
@@ -70,3 +70,15 @@ def test_one_standard_stop_word_list() -> None:
     common = "about been can could did do does had how up why would the of and".split()
     assert all(w in STOP_WORDS for w in common)
     assert Analyzer().terms(" ".join(common)) == []
+
+
+def test_readable_drops_every_escape_sequence_a_terminal_acts_on() -> None:
+    """Besides colours (CSI), a captured terminal holds titles and links (OSC, ended by BEL
+    or ST) and charset or keypad switches (``ESC ( B`` from ``tput sgr0``, ``ESC =``)."""
+    link = "\x1b]8;;https://gcc.gnu.org/onlinedocs/gcc/Warning-Options.html\x1b\\"
+    raw = (
+        f"\x1b]0;make: step 3\x07\x1b[1mwarning:\x1b(B\x1b[m unused [{link}-Wunused\x1b]8;;\x1b\\]"
+        "\x1b= done"
+    )
+    assert readable(raw) == "warning: unused [-Wunused] done"
+    assert plain("\x1b[31mred\x1b[0m") == "     red    "  # the index's offsets hold
