@@ -37,7 +37,7 @@ class Compaction:
 
 
 def summary_input(plan: CompactionPlan) -> str:
-    """The entries to fold as the summarizer sees them: role and tags before each text."""
+    """The entries to fold as the summarizer sees them, a paragraph each (``_render``)."""
     return "\n\n".join(_render(e) for e in plan.entries)
 
 
@@ -58,8 +58,11 @@ def keep_facts(
 
 
 def _render(entry: Entry) -> str:
-    tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
-    return f"{entry.role}{tags}: {entry.text}"
+    """An entry as the summarizer reads it: its role unless a note (as labels show roles),
+    then its tags, before the text; a summary copied whole spends nothing on ``note:``."""
+    head = [] if entry.role == "note" else [entry.role]
+    head += [f"[{', '.join(entry.tags)}]"] if entry.tags else []
+    return f"{' '.join(head)}: {entry.text}" if head else entry.text
 
 
 def check_pins(

@@ -194,11 +194,11 @@ def test_extractive_cuts_a_single_oversized_sentence(counter: TokenCounter) -> N
 def test_extractive_reads_an_oversized_run_of_lines_line_by_line(counter: TokenCounter) -> None:
     # A Java trace's lines start in lower case, so they read as one hard-wrapped sentence.
     trace = "\n".join(f"  at app.Module{i}.run(Module{i}.java:{i})" for i in range(300))
-    others = "".join(f"\n\nnote: checked config {i}, fine." for i in range(3))  # as folded
-    notes = f"note: Stack trace of the crash in the payment service:\n{trace}{others}"
+    others = "".join(f"\n\nchecked config {i}, fine." for i in range(3))  # notes, as folded
+    notes = f"Stack trace of the crash in the payment service:\n{trace}{others}"
     result = extractive(notes, 120, counter)
     assert 0 < counter.count(result) <= 120
-    assert result.startswith("note: Stack trace of the crash in the payment service:\nat app.")
+    assert result.startswith("Stack trace of the crash in the payment service:\nat app.")
     lines = result.split("\n")
     whole = [line.strip() for line in notes.split("\n")]
     assert all(line in whole for line in lines) and len(lines) > 3  # whole lines, as written

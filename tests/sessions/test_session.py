@@ -460,10 +460,24 @@ async def test_compaction_folds_old_entries_and_keeps_originals(service: Service
     originals = {e.id for e in s.recall(None, 100_000, include_superseded=True).entries}
     assert set(folded) <= originals
     assert not set(folded) & {e.id for e in s.recall(None, 100_000).entries}
-    # Extractive: only sentences of the folded entries (as rendered "role: text") appear.
-    sentences = {x.strip() for t in LONG[:8] for x in split_sentences(f"note: {t}")}
+    # Extractive: only sentences of the folded entries appear, a note's without "note:".
+    sentences = {x.strip() for t in LONG[:8] for x in split_sentences(t)}
     picked = split_sentences(prose)
     assert picked and all(x.strip() in sentences for x in picked)
+
+
+@pytest.mark.anyio
+async def test_a_fold_of_short_notes_copied_whole_frees_tokens(service: Service) -> None:
+    """A summary that copies its input (below its target) spends nothing on ``note:``: the
+    role shows only when it is not a note, as labels show it, so the copy is no larger."""
+    s = service.sessions.open("v")[0]
+    fill(s, [f"short note {i}" for i in range(7)])
+    s.append("Use Postgres", role="decision", tags=["db"])
+    c = await service.compact("v", keep_recent=0)
+    assert c.summary is not None and c.summary.method == "verbatim" and c.entry is not None
+    assert c.summary.tokens < c.plan.tokens and c.tokens_freed > 0
+    assert c.entry.text.startswith("short note 0\n") and "note:" not in c.entry.text
+    assert "\ndecision [db]: Use Postgres" in c.entry.text
 
 
 @pytest.mark.anyio
