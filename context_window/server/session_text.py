@@ -8,7 +8,7 @@ from context_window.packing import fit_lines, header_reserve
 from context_window.retrieval.meaning import WORDS_ONLY
 from context_window.service import Changed, Opened
 from context_window.sessions.compaction import Compaction
-from context_window.sessions.session import FOLD_TOKENS
+from context_window.sessions.session import FOLD_TOKENS, repeat_key
 from context_window.tokens import TokenCounter
 from context_window.wording import plural
 
@@ -90,12 +90,13 @@ def render_open(o: Opened) -> str:
 def _once(entries: list[Entry]) -> list[str]:
     """A preview of each text's newest copy, spaces aside, naming the older ones: a model
     that saved a note again (a retry, a loop) sees it once, as recall shows it."""
+    keys = [repeat_key(e) for e in entries]
     copies: dict[str, list[str]] = {}
-    for e in entries:
-        copies.setdefault(" ".join(e.text.split()), []).append(e.ref)
+    for e, key in zip(entries, keys, strict=True):
+        copies.setdefault(key, []).append(e.ref)
     out = []
-    for e in entries:
-        *older, newest = copies[" ".join(e.text.split())]
+    for e, key in zip(entries, keys, strict=True):
+        *older, newest = copies[key]
         if e.ref == newest:
             more = f" (+{plural(len(older), 'older copy')}: {', '.join(older)})" if older else ""
             out.append(preview(e) + more)

@@ -485,7 +485,7 @@ class Session:
 
         def measure(k: int) -> int | None:
             entry = self._entry(int(ranked[k]), now)
-            said[k] = _said(entry)
+            said[k] = repeat_key(entry)
             if said[k] in shown:
                 return None
             text = label(entry, dated) if label is not None else ""
@@ -527,7 +527,7 @@ class Session:
         left; unchanged if not a word fits."""
         chosen, packed, labels = packing
         entry = self._entry(int(position), now)
-        if _said(entry) in map(_said, chosen.values()):  # a repeat of a pinned one
+        if repeat_key(entry) in map(repeat_key, chosen.values()):  # a repeat of a pinned one
             return packing
         head = label(entry, dated) if label is not None else ""
         lines = entry.text.split("\n")
@@ -594,6 +594,6 @@ class Session:
         return updated_time(self.journal.path, self.meta)
 
 
-def _said(entry: Entry) -> str:
-    """An entry's text, spaces aside: recall leaves out a repeat of an entry it shows."""
+def repeat_key(entry: Entry) -> str:
+    """An entry's text, spaces aside: recall leaves out, and context_open names, repeats."""
     return " ".join(entry.text.split())
